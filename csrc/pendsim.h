@@ -1,0 +1,165 @@
+/*
+ * pendsim: a batched, branchable pendulum simulator.
+ *
+ * The public interface of the C layer. It knows nothing of Python.
+ *
+ * As in MuJoCo, what does not change while simulating (sizes, nominal
+ * parameters, integrator, task) lives in a ps_model; what does (the state of
+ * B environments) lives in a ps_data. ps_step(m, d, ...) is the verb.
+ *
+ * Every array in ps_data is structure-of-arrays: component k of environment b
+ * sits at [k * B + b]. The caller owns all memory (the Python layer hands in
+ * numpy buffers); nothing here allocates.
+ *
+ * Angles are zero at upright for every plant. State is double precision;
+ * actions and observations are float32, as in Gymnasium.
+ */
+#ifndef PENDSIM_H
+#define PENDSIM_H
+
+#include <stdint.h>
+
+#define PS_MAX_NX 4       /* largest state dimension */
+#define PS_MAX_NOBS 6     /* largest observation dimension */
+#define PS_MAX_PARAMS 12  /* largest per-environment parameter vector */
+#define PS_MAX_DELAY 16   /* longest actuation delay, in control steps */
+
+/* Plants. */
+enum { PS_PENDULUM = 0, PS_CARTPOLE = 1, PS_FURUTA = 2, PS_NUM_SYSTEMS = 3 };
+
+/* Integrators. EULER is explicit Euler (Gymnasium's CartPole); SEMI_EULER
+ * updates velocities first and positions with the new velocities
+ * (Gymnasium's Pendulum); RK4 is the classical fourth-order Runge-Kutta. */
+enum { PS_EULER = 0, PS_SEMI_EULER = 1, PS_RK4 = 2 };
+
+/* Reward kinds. QUADRATIC: r = -(sum_k w_x[k] * e_k^2 + w_u * u^2) on the
+ * pre-step state, with angles wrapped to [-pi, pi) first. ALIVE: r = 1 for
+ * every step taken (Gymnasium's CartPole). */
+enum { PS_REWARD_QUADRATIC = 0, PS_REWARD_ALIVE = 1 };
+
+/* Per-environment parameter indices, one list per plant (SI units).
+ * Pendulum: a uniform rod of mass m and length l pivoted at one end,
+ *   thdd = 3 g / (2 l) sin(th) + 3 / (m l^2) (u - b thd - fc tanh(thd / v_c)) */
+enum { PS_PEND_G, PS_PEND_M, PS_PEND_L, PS_PEND_B, PS_PEND_FC, PS_PEND_NPARAM };
+/* Cart-pole (Barto, Sutton and Anderson 1983; Florian 2007, frictionless as
+ * in Gymnasium): cart mass mc, pole mass mp, pole half-length l. */
+enum { PS_CP_G, PS_CP_MC, PS_CP_MP, PS_CP_L, PS_CP_NPARAM };
+/* Furuta pendulum driven by a DC motor (Quanser Qube-Servo 2 model): motor
+ * resistance rm, torque/back-EMF constant km, arm mass mr and length lr,
+ * arm inertia jr, arm damping dr, pendulum mass mp, length lp, inertia jp
+ * about its centre, damping dp. */
+enum {
+  PS_FU_G, PS_FU_RM, PS_FU_KM, PS_FU_MR, PS_FU_LR, PS_FU_JR, PS_FU_DR,
+  PS_FU_MP, PS_FU_LP, PS_FU_JP, PS_FU_DP, PS_FU_NPARAM
+};
+
+/* What does not change while simulating. Fill it with ps_model_init and
+ * adjust fields before the first step if you must. */
+typedef struct {
+  int system;               /* PS_PENDULUM, PS_CARTPOLE, PS_FURUTA */
+  int nx;                   /* state dimension */
+  int nobs;                 /* observation dimension */
+  int nparam;               /* per-environment parameter count */
+  double dt;                /* control period, s */
+  int substeps;             /* integration steps per control period */
+  int integrator;           /* PS_EULER, PS_SEMI_EULER, PS_RK4 */
+  double param[PS_MAX_PARAMS];    /* nominal parameters (ps_reset copies them) */
+  double u_max;             /* actuator saturation, |u| <= u_max */
+  double v_max;             /* clip on angular velocities, 0 = none */
+  int delay;                /* actuation delay in control steps, 0..PS_MAX_DELAY */
+  int gym_precision;        /* 1: compute action terms in float32, as
+                               Gymnasium's Pendulum does under NumPy 2 */
+  double coulomb_vc;        /* velocity scale of the smoothed Coulomb term */
+  /* task */
+  int reward_kind;
+  double w_x[PS_MAX_NX];    /* quadratic state weights */
+  double w_u;               /* quadratic action weight */
+  double term_limit[PS_MAX_NX]; /* terminate when |x_k| > limit (0 = none) */
+  double term_reward;       /* added to the reward of a terminating step */
+  int max_steps;            /* truncate after this many steps (0 = never) */
+  double x0_low[PS_MAX_NX], x0_high[PS_MAX_NX]; /* uniform start box */
+  /* sensors */
+  double enc_counts[PS_MAX_NX]; /* encoder counts per revolution of each
+                                   angle, 0 = no quantisation */
+  double noise_std[PS_MAX_NX];  /* Gaussian noise on each state component
+                                   before it is observed */
+} ps_model;
+
+/* The mutable state of B environments, caller-owned, structure-of-arrays. */
+typedef struct {
+  int B;
+  double *x;          /* [nx * B] state */
+  double *param;      /* [nparam * B] per-environment parameters */
+  float *act_buf;     /* [PS_MAX_DELAY * B] pending actions, oldest first */
+  uint64_t *rng_key;  /* [B] counter-based RNG: key ... */
+  uint64_t *rng_ctr;  /* [B] ... and counter */
+  int32_t *t;         /* [B] steps since reset */
+} ps_data;
+
+/* Error codes. */
+enum {
+  PS_OK = 0,
+  PS_ERR_SYSTEM = 1,      /* unknown system */
+  PS_ERR_PRESET = 2,      /* unknown preset for that system */
+  PS_ERR_NONFINITE = 3,   /* an action was NaN or infinite */
+  PS_ERR_INDEX = 4,       /* an environment index out of range */
+  PS_ERR_MODEL = 5        /* a model field out of range */
+};
+
+/* Names: system and preset lookup. Returns PS_OK or an error code. */
+int ps_system_id(const char *name);            /* -1 if unknown */
+const char *ps_system_name(int system);
+int ps_num_presets(int system);
+const char *ps_preset_name(int system, int k);
+int ps_model_init(ps_model *m, int system, const char *preset);
+int ps_model_check(const ps_model *m);
+const char *ps_param_name(int system, int k);
+const char *ps_obs_name(int system, int k);
+const char *ps_state_name(int system, int k);
+
+/* Reset the environments whose mask byte is nonzero (mask NULL: all):
+ * parameters from the model, state drawn from the start box with the
+ * environment's RNG, delay buffer zeroed, t = 0. Writes their observation
+ * into obs [B * nobs] when obs is not NULL. */
+void ps_reset(const ps_model *m, ps_data *d, const uint8_t *mask, float *obs);
+
+/* Set the RNG key of environment b to a hash of seed[b], counter to zero. */
+void ps_seed(ps_data *d, const uint64_t *seed);
+
+/* Observation [B * nobs] (row-major) of the current state. Draws sensor
+ * noise from each environment's RNG when the model has any. */
+void ps_observe(const ps_model *m, ps_data *d, float *obs);
+
+/* One control step of all B environments. action: [B * nu] (nu = 1).
+ * Writes obs [B * nobs], reward [B], terminated [B], truncated [B]; any
+ * output may be NULL. If autoreset is nonzero, environments that ended are
+ * reset after their outputs are written, and obs holds the reset
+ * observation (final_obs, if not NULL, keeps the last one).
+ * Returns PS_ERR_NONFINITE without touching the state if any action is NaN
+ * or infinite. */
+int ps_step(const ps_model *m, ps_data *d, const float *action, float *obs,
+            double *reward, uint8_t *terminated, uint8_t *truncated,
+            int autoreset, float *final_obs);
+
+/* K steps of all B environments: actions [K * B], obs [K * B * nobs],
+ * reward/terminated/truncated [K * B]. Equivalent to K calls of ps_step. */
+int ps_rollout(const ps_model *m, ps_data *d, int K, const float *actions,
+               float *obs, double *reward, uint8_t *terminated,
+               uint8_t *truncated, int autoreset);
+
+/* Copy the full state (x, param, delay buffer, RNG, t) of environment
+ * src_idx[i] of src into environment dst_idx[i] of dst, i < n. src and dst
+ * must not be the same ps_data. Branching a group of G is src_idx repeated G
+ * times. Returns PS_ERR_INDEX without copying if any index is out of range. */
+int ps_copy_envs(const ps_model *m, ps_data *dst, const int32_t *dst_idx,
+                 const ps_data *src, const int32_t *src_idx, int n);
+
+/* Continuous-time dynamics of environment b: xdot = f(x, u). */
+void ps_dynamics(const ps_model *m, const ps_data *d, int b, const double *x,
+                 double u, double *xdot);
+
+/* Total mechanical energy of environment b at state x (J), zero hanging
+ * at rest for the pendulums. */
+double ps_energy(const ps_model *m, const ps_data *d, int b, const double *x);
+
+#endif /* PENDSIM_H */

@@ -1,0 +1,386 @@
+/*
+ * The plants: equations of motion, energies, names and parameter presets.
+ *
+ * Conventions shared by every plant: angles are zero at upright and grow
+ * counter-clockwise; the action u is one float (torque, force or voltage).
+ */
+#include "plants.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------
+ * Pendulum. State [th, thd], observation [cos th, sin th, thd].
+ * A uniform rod (inertia m l^2 / 3 about the pivot) under gravity, a motor
+ * torque u, viscous friction b and Coulomb friction fc (smoothed by tanh so
+ * that RK4 sees a continuous right-hand side):
+ *   thdd = 3 g / (2 l) sin th + 3 / (m l^2) (u - b thd - fc tanh(thd / vc))
+ * This is Gymnasium's Pendulum-v1 when b = fc = 0.
+ * ---------------------------------------------------------------------- */
+static void pendulum_f(const ps_model *m, const double *p, const double *x,
+                       double u, double *xdot)
+{
+  const double g = p[PS_PEND_G], mass = p[PS_PEND_M], l = p[PS_PEND_L];
+  const double friction = p[PS_PEND_B] * x[1] +
+                          p[PS_PEND_FC] * tanh(x[1] / m->coulomb_vc);
+  xdot[0] = x[1];
+  xdot[1] = 3 * g / (2 * l) * sin(x[0]) + 3.0 / (mass * l * l) * (u - friction);
+}
+
+/* Height of the centre of mass above hanging, times m g, plus rotational
+ * kinetic energy about the pivot. */
+static double pendulum_energy(const double *p, const double *x)
+{
+  const double g = p[PS_PEND_G], mass = p[PS_PEND_M], l = p[PS_PEND_L];
+  return 0.5 * (mass * l * l / 3.0) * x[1] * x[1] +
+         mass * g * 0.5 * l * (1.0 + cos(x[0]));
+}
+
+/* ------------------------------------------------------------------------
+ * Cart-pole. State [x, xd, th, thd], observation [x, xd, cos th, sin th, thd].
+ * The frictionless equations of Gymnasium's CartPole-v1 (Florian 2007),
+ * with l the pole's half-length and force u on the cart:
+ *   temp = (u + mp l thd^2 sin th) / (mc + mp)
+ *   thdd = (g sin th - cos th temp) / (l (4/3 - mp cos^2 th / (mc + mp)))
+ *   xdd  = temp - mp l thdd cos th / (mc + mp)
+ * Written in Gymnasium's order of operations so the gym preset matches it
+ * bit for bit. (Gymnasium's theta grows clockwise; so does ours here.)
+ * ---------------------------------------------------------------------- */
+static void cartpole_f(const double *p, const double *x, double u, double *xdot)
+{
+  const double g = p[PS_CP_G], mc = p[PS_CP_MC], mp = p[PS_CP_MP], l = p[PS_CP_L];
+  const double total_mass = mp + mc, polemass_length = mp * l;
+  const double c = cos(x[2]), s = sin(x[2]);
+  const double temp = (u + polemass_length * (x[3] * x[3]) * s) / total_mass;
+  const double thetaacc =
+      (g * s - c * temp) / (l * (4.0 / 3.0 - mp * (c * c) / total_mass));
+  const double xacc = temp - polemass_length * thetaacc * c / total_mass;
+  xdot[0] = x[1];
+  xdot[1] = xacc;
+  xdot[2] = x[3];
+  xdot[3] = thetaacc;
+}
+
+static double cartpole_energy(const double *p, const double *x)
+{
+  const double g = p[PS_CP_G], mc = p[PS_CP_MC], mp = p[PS_CP_MP], l = p[PS_CP_L];
+  const double c = cos(x[2]), s = sin(x[2]);
+  /* pole centre velocity: cart velocity plus rotation about the hinge;
+   * theta grows clockwise, so the centre sits at (x + l sin th, l cos th) */
+  const double vx = x[1] + l * c * x[3], vy = -l * s * x[3];
+  return 0.5 * mc * x[1] * x[1] + 0.5 * mp * (vx * vx + vy * vy) +
+         0.5 * (mp * l * l / 3.0) * x[3] * x[3] + mp * g * l * (1.0 + c);
+}
+
+/* ------------------------------------------------------------------------
+ * Furuta pendulum (Quanser Qube-Servo 2). State [th, al, thd, ald]: arm
+ * angle th, pendulum angle al (zero upright). Observation
+ * [cos th, sin th, cos al, sin al, thd, ald]. Input: motor voltage V.
+ * Lagrange's equations for a rod pendulum of mass mp and length lp whose
+ * pivot sits on an arm of length lr (Quanser's courseware; Cazzolato and
+ * Prime 2011 with the pendulum's axial inertia neglected):
+ *   M(al) [thdd, aldd]' = [tau - dr thd - c1, -dp ald - c2]'
+ *   M11 = jr + mp lr^2 + mp lp^2 / 4 sin^2 al,  M12 = -mp lp lr / 2 cos al,
+ *   M22 = jp + mp lp^2 / 4,
+ *   c1  = mp lp^2 / 2 sin al cos al thd ald + mp lp lr / 2 sin al ald^2,
+ *   c2  = -mp lp^2 / 4 sin al cos al thd^2 - mp g lp / 2 sin al,
+ *   tau = km (V - km thd) / rm  (back-EMF; the torque and EMF constants are
+ *   equal in SI units).
+ * ---------------------------------------------------------------------- */
+static void furuta_f(const double *p, const double *x, double u, double *xdot)
+{
+  const double g = p[PS_FU_G], rm = p[PS_FU_RM], km = p[PS_FU_KM];
+  const double lr = p[PS_FU_LR], jr = p[PS_FU_JR], dr = p[PS_FU_DR];
+  const double mp = p[PS_FU_MP], lp = p[PS_FU_LP], jp = p[PS_FU_JP], dp = p[PS_FU_DP];
+  const double thd = x[2], ald = x[3];
+  const double s = sin(x[1]), c = cos(x[1]);
+  const double m11 = jr + mp * lr * lr + 0.25 * mp * lp * lp * s * s;
+  const double m12 = -0.5 * mp * lp * lr * c;
+  const double m22 = jp + 0.25 * mp * lp * lp;
+  const double tau = km * (u - km * thd) / rm;
+  const double r1 = tau - dr * thd - 0.5 * mp * lp * lp * s * c * thd * ald -
+                    0.5 * mp * lp * lr * s * ald * ald;
+  const double r2 = -dp * ald + 0.25 * mp * lp * lp * s * c * thd * thd +
+                    0.5 * mp * g * lp * s;
+  const double det = m11 * m22 - m12 * m12;
+  xdot[0] = thd;
+  xdot[1] = ald;
+  xdot[2] = (m22 * r1 - m12 * r2) / det;
+  xdot[3] = (m11 * r2 - m12 * r1) / det;
+}
+
+static double furuta_energy(const double *p, const double *x)
+{
+  const double g = p[PS_FU_G], lr = p[PS_FU_LR], jr = p[PS_FU_JR];
+  const double mp = p[PS_FU_MP], lp = p[PS_FU_LP], jp = p[PS_FU_JP];
+  const double s = sin(x[1]), c = cos(x[1]), thd = x[2], ald = x[3];
+  const double m11 = jr + mp * lr * lr + 0.25 * mp * lp * lp * s * s;
+  const double m12 = -0.5 * mp * lp * lr * c;
+  const double m22 = jp + 0.25 * mp * lp * lp;
+  const double kinetic = 0.5 * (m11 * thd * thd + 2.0 * m12 * thd * ald + m22 * ald * ald);
+  return kinetic + 0.5 * mp * g * lp * (1.0 + c);
+}
+
+void plant_dynamics(const ps_model *m, const double *p, const double *x, double u,
+                    double *xdot)
+{
+  switch (m->system) {
+  case PS_PENDULUM: pendulum_f(m, p, x, u, xdot); break;
+  case PS_CARTPOLE: cartpole_f(p, x, u, xdot); break;
+  default: furuta_f(p, x, u, xdot); break;
+  }
+}
+
+double plant_energy(const ps_model *m, const double *p, const double *x)
+{
+  switch (m->system) {
+  case PS_PENDULUM: return pendulum_energy(p, x);
+  case PS_CARTPOLE: return cartpole_energy(p, x);
+  default: return furuta_energy(p, x);
+  }
+}
+
+/* Which state components are angles (wrapped for rewards, quantised by
+ * encoders) and which are angular velocities (clipped by v_max). */
+static const int ANGLE[PS_NUM_SYSTEMS][PS_MAX_NX] = {
+    {1, 0, 0, 0}, {0, 0, 1, 0}, {1, 1, 0, 0}};
+static const int ANGULAR_VELOCITY[PS_NUM_SYSTEMS][PS_MAX_NX] = {
+    {0, 1, 0, 0}, {0, 0, 0, 1}, {0, 0, 1, 1}};
+
+int plant_is_angle(int system, int k) { return ANGLE[system][k]; }
+int plant_is_angular_velocity(int system, int k) { return ANGULAR_VELOCITY[system][k]; }
+
+/* ------------------------------------------------------------------------
+ * Names.
+ * ---------------------------------------------------------------------- */
+static const char *const SYSTEM_NAMES[PS_NUM_SYSTEMS] = {"pendulum", "cartpole", "furuta"};
+static const char *const PARAM_NAMES[PS_NUM_SYSTEMS][PS_MAX_PARAMS] = {
+    {"g", "m", "l", "b", "fc"},
+    {"g", "mc", "mp", "l"},
+    {"g", "rm", "km", "mr", "lr", "jr", "dr", "mp", "lp", "jp", "dp"}};
+static const char *const STATE_NAMES[PS_NUM_SYSTEMS][PS_MAX_NX] = {
+    {"theta", "theta_dot"},
+    {"x", "x_dot", "theta", "theta_dot"},
+    {"theta", "alpha", "theta_dot", "alpha_dot"}};
+static const char *const OBS_NAMES[PS_NUM_SYSTEMS][PS_MAX_NOBS] = {
+    {"cos_theta", "sin_theta", "theta_dot"},
+    {"x", "x_dot", "cos_theta", "sin_theta", "theta_dot"},
+    {"cos_theta", "sin_theta", "cos_alpha", "sin_alpha", "theta_dot", "alpha_dot"}};
+static const int NX[PS_NUM_SYSTEMS] = {2, 4, 4};
+static const int NOBS[PS_NUM_SYSTEMS] = {3, 5, 6};
+static const int NPARAM[PS_NUM_SYSTEMS] = {PS_PEND_NPARAM, PS_CP_NPARAM, PS_FU_NPARAM};
+
+int ps_system_id(const char *name)
+{
+  for (int s = 0; s < PS_NUM_SYSTEMS; ++s)
+    if (strcmp(name, SYSTEM_NAMES[s]) == 0) return s;
+  return -1;
+}
+
+static int valid_system(int s) { return s >= 0 && s < PS_NUM_SYSTEMS; }
+const char *ps_system_name(int s) { return valid_system(s) ? SYSTEM_NAMES[s] : 0; }
+const char *ps_param_name(int s, int k)
+{
+  return valid_system(s) && k >= 0 && k < NPARAM[s] ? PARAM_NAMES[s][k] : 0;
+}
+const char *ps_obs_name(int s, int k)
+{
+  return valid_system(s) && k >= 0 && k < NOBS[s] ? OBS_NAMES[s][k] : 0;
+}
+const char *ps_state_name(int s, int k)
+{
+  return valid_system(s) && k >= 0 && k < NX[s] ? STATE_NAMES[s][k] : 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Presets.
+ * ---------------------------------------------------------------------- */
+static const double PI = 3.14159265358979323846;
+
+static void base_model(ps_model *m, int system)
+{
+  memset(m, 0, sizeof *m);
+  m->system = system;
+  m->nx = NX[system];
+  m->nobs = NOBS[system];
+  m->nparam = NPARAM[system];
+  m->substeps = 1;
+  m->coulomb_vc = 0.01;
+}
+
+/* Gymnasium's Pendulum-v1, exactly. */
+static void pendulum_gym(ps_model *m)
+{
+  m->param[PS_PEND_G] = 10.0;
+  m->param[PS_PEND_M] = 1.0;
+  m->param[PS_PEND_L] = 1.0;
+  m->dt = 0.05;
+  m->integrator = PS_SEMI_EULER;
+  m->u_max = 2.0;
+  m->v_max = 8.0;
+  m->gym_precision = 1;
+  m->reward_kind = PS_REWARD_QUADRATIC;
+  m->w_x[0] = 1.0;
+  m->w_x[1] = 0.1;
+  m->w_u = 0.001;
+  m->max_steps = 200;
+  m->x0_low[0] = -PI;  m->x0_high[0] = PI;
+  m->x0_low[1] = -1.0; m->x0_high[1] = 1.0;
+}
+
+/* A bench rig: a 30 cm, 150 g rod on a small geared DC motor with a 2048
+ * count encoder, controlled at 200 Hz. The torque limit is below the peak
+ * gravity torque m g l / 2 = 0.22 N m, so it must swing up. */
+static void pendulum_rig(ps_model *m)
+{
+  m->param[PS_PEND_G] = 9.81;
+  m->param[PS_PEND_M] = 0.15;
+  m->param[PS_PEND_L] = 0.30;
+  m->param[PS_PEND_B] = 0.002;
+  m->param[PS_PEND_FC] = 0.004;
+  m->dt = 0.005;
+  m->substeps = 2;
+  m->integrator = PS_RK4;
+  m->u_max = 0.15;
+  m->v_max = 40.0;
+  m->reward_kind = PS_REWARD_QUADRATIC;
+  m->w_x[0] = 1.0;
+  m->w_x[1] = 0.01;
+  m->w_u = 10.0;
+  m->max_steps = 2000;
+  m->x0_low[0] = PI - 0.1;  m->x0_high[0] = PI + 0.1;
+  m->x0_low[1] = -0.1;      m->x0_high[1] = 0.1;
+  m->enc_counts[0] = 2048;
+}
+
+/* Gymnasium's CartPole-v1 constants and balance task, with the force as a
+ * continuous input bounded by force_mag = 10 N. */
+static void cartpole_gym(ps_model *m)
+{
+  m->param[PS_CP_G] = 9.8;
+  m->param[PS_CP_MC] = 1.0;
+  m->param[PS_CP_MP] = 0.1;
+  m->param[PS_CP_L] = 0.5;
+  m->dt = 0.02;
+  m->integrator = PS_EULER;
+  m->u_max = 10.0;
+  m->reward_kind = PS_REWARD_ALIVE;
+  m->term_limit[0] = 2.4;
+  m->term_limit[2] = 12 * 2 * PI / 360;
+  m->max_steps = 500;
+  for (int k = 0; k < 4; ++k) { m->x0_low[k] = -0.05; m->x0_high[k] = 0.05; }
+}
+
+/* The same cart and pole, started hanging, to swing up and balance on a
+ * 2.4 m half-track. Leaving the track ends the episode with a penalty worth
+ * more than any trajectory can lose by staying on it. */
+static void cartpole_swingup(ps_model *m)
+{
+  cartpole_gym(m);
+  m->integrator = PS_RK4;
+  m->reward_kind = PS_REWARD_QUADRATIC;
+  m->w_x[0] = 0.1;  m->w_x[1] = 0.01; m->w_x[2] = 1.0; m->w_x[3] = 0.01;
+  m->w_u = 0.001;
+  m->term_limit[2] = 0.0;
+  m->term_reward = -2000.0;
+  m->max_steps = 500;
+  m->x0_low[0] = -0.05;     m->x0_high[0] = 0.05;
+  m->x0_low[1] = -0.05;     m->x0_high[1] = 0.05;
+  m->x0_low[2] = PI - 0.05; m->x0_high[2] = PI + 0.05;
+  m->x0_low[3] = -0.05;     m->x0_high[3] = 0.05;
+}
+
+/* Quanser Qube-Servo 2 with its rotary pendulum module; the parameters of
+ * Quanser's Qube-Servo 2 user manual and courseware. Voltage limited to
+ * +-10 V, 500 Hz control as in Quanser's examples, arm kept within
+ * +-2 rad (the encoder cable's reach). */
+static void furuta_qube(ps_model *m)
+{
+  const double mr = 0.095, lr = 0.085, mp = 0.024, lp = 0.129;
+  m->param[PS_FU_G] = 9.81;
+  m->param[PS_FU_RM] = 8.4;
+  m->param[PS_FU_KM] = 0.042;
+  m->param[PS_FU_MR] = mr;
+  m->param[PS_FU_LR] = lr;
+  m->param[PS_FU_JR] = mr * lr * lr / 12.0;
+  m->param[PS_FU_DR] = 5e-6;
+  m->param[PS_FU_MP] = mp;
+  m->param[PS_FU_LP] = lp;
+  m->param[PS_FU_JP] = mp * lp * lp / 12.0;
+  m->param[PS_FU_DP] = 1e-6;
+  m->dt = 0.002;
+  m->substeps = 1;
+  m->integrator = PS_RK4;
+  m->u_max = 10.0;
+  m->v_max = 0.0;
+  m->reward_kind = PS_REWARD_QUADRATIC;
+  m->w_x[0] = 0.2; m->w_x[1] = 1.0; m->w_x[2] = 0.002; m->w_x[3] = 0.002;
+  m->w_u = 0.002;
+  m->term_limit[0] = 2.0;
+  m->term_reward = -5000.0;
+  m->max_steps = 2500;
+  m->x0_low[0] = -0.05;     m->x0_high[0] = 0.05;
+  m->x0_low[1] = PI - 0.05; m->x0_high[1] = PI + 0.05;
+  m->x0_low[2] = -0.05;     m->x0_high[2] = 0.05;
+  m->x0_low[3] = -0.05;     m->x0_high[3] = 0.05;
+  m->enc_counts[0] = 2048;
+  m->enc_counts[1] = 2048;
+}
+
+typedef struct {
+  int system;
+  const char *name;
+  void (*fill)(ps_model *m);
+} preset;
+
+static const preset PRESETS[] = {
+    {PS_PENDULUM, "gym", pendulum_gym},
+    {PS_PENDULUM, "rig", pendulum_rig},
+    {PS_CARTPOLE, "gym", cartpole_gym},
+    {PS_CARTPOLE, "swingup", cartpole_swingup},
+    {PS_FURUTA, "qube-servo2", furuta_qube},
+};
+static const int NUM_PRESETS = sizeof PRESETS / sizeof PRESETS[0];
+
+int ps_num_presets(int system)
+{
+  int n = 0;
+  for (int i = 0; i < NUM_PRESETS; ++i) n += PRESETS[i].system == system;
+  return n;
+}
+
+const char *ps_preset_name(int system, int k)
+{
+  for (int i = 0; i < NUM_PRESETS; ++i)
+    if (PRESETS[i].system == system && k-- == 0) return PRESETS[i].name;
+  return 0;
+}
+
+int ps_model_init(ps_model *m, int system, const char *preset)
+{
+  if (!valid_system(system)) return PS_ERR_SYSTEM;
+  for (int i = 0; i < NUM_PRESETS; ++i) {
+    if (PRESETS[i].system == system && strcmp(PRESETS[i].name, preset) == 0) {
+      base_model(m, system);
+      PRESETS[i].fill(m);
+      return PS_OK;
+    }
+  }
+  return PS_ERR_PRESET;
+}
+
+int ps_model_check(const ps_model *m)
+{
+  if (!valid_system(m->system)) return PS_ERR_SYSTEM;
+  if (m->nx != NX[m->system] || m->nobs != NOBS[m->system] ||
+      m->nparam != NPARAM[m->system])
+    return PS_ERR_MODEL;
+  if (!(m->dt > 0) || m->substeps < 1 || m->integrator < PS_EULER ||
+      m->integrator > PS_RK4 || m->delay < 0 || m->delay > PS_MAX_DELAY ||
+      !(m->u_max > 0) || m->v_max < 0 || !(m->coulomb_vc > 0) || m->max_steps < 0)
+    return PS_ERR_MODEL;
+  for (int k = 0; k < m->nx; ++k)
+    if (m->enc_counts[k] < 0 || m->noise_std[k] < 0 || m->x0_low[k] > m->x0_high[k])
+      return PS_ERR_MODEL;
+  return PS_OK;
+}

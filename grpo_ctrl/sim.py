@@ -1,0 +1,412 @@
+"""Python face of the C simulator: the one module that reaches ``csrc/``.
+
+``BatchSim`` steps ``num_envs`` copies of one plant in one C call. Its state
+lives in numpy arrays (structure-of-arrays, component-major) that the C code
+reads and writes in place, so there is no copy between Python and C.
+
+>>> sim = BatchSim("pendulum", num_envs=4, preset="gym", seed=0)
+>>> obs = sim.reset()
+>>> obs, reward, terminated, truncated = sim.step(np.zeros(4, np.float32))
+
+The arrays returned by ``step`` and ``reset`` are the simulator's own output
+buffers, overwritten by the next call (as Gymnasium's vector environments do
+with ``copy=False``): copy them if you keep them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from grpo_ctrl._pendsim import ffi, lib
+
+MAX_DELAY = lib.PS_MAX_DELAY
+INTEGRATORS = {"euler": lib.PS_EULER, "semi_euler": lib.PS_SEMI_EULER, "rk4": lib.PS_RK4}
+
+# model fields a caller may override, with their kind
+_SCALAR_FIELDS = {"dt": float, "substeps": int, "u_max": float, "v_max": float,
+                  "delay": int, "max_steps": int, "term_reward": float, "w_u": float,
+                  "coulomb_vc": float}
+_VECTOR_FIELDS = ("noise_std", "enc_counts", "w_x", "term_limit", "x0_low", "x0_high")
+
+_ERRORS = {
+    lib.PS_ERR_NONFINITE: "an action is NaN or infinite; the state was not changed",
+    lib.PS_ERR_INDEX: "an environment index is out of range",
+    lib.PS_ERR_MODEL: "a model field is out of range",
+}
+
+
+def systems() -> list[str]:
+    """Names of the plants the simulator knows."""
+    return [ffi.string(lib.ps_system_name(s)).decode() for s in range(lib.PS_NUM_SYSTEMS)]
+
+
+def presets(system: str) -> list[str]:
+    """Names of the parameter presets of ``system``."""
+    sid = _system_id(system)
+    return [ffi.string(lib.ps_preset_name(sid, k)).decode()
+            for k in range(lib.ps_num_presets(sid))]
+
+
+def default_preset(system: str) -> str:
+    return presets(system)[0]
+
+
+def _system_id(system: str) -> int:
+    sid = lib.ps_system_id(system.encode()) if isinstance(system, str) else -1
+    if sid < 0:
+        raise ValueError(f"unknown system {system!r}; choose one of {systems()}")
+    return sid
+
+
+def _names(fn, sid: int, n: int) -> tuple[str, ...]:
+    return tuple(ffi.string(fn(sid, k)).decode() for k in range(n))
+
+
+@dataclass(frozen=True)
+class PlantSpec:
+    """What a controller needs to know of a plant: sizes, names and limits."""
+    system: str
+    preset: str
+    dt: float
+    u_max: float
+    max_steps: int
+    state_names: tuple[str, ...]
+    obs_names: tuple[str, ...]
+    param_names: tuple[str, ...]
+    action_name: str
+    action_unit: str
+
+    @property
+    def nx(self) -> int:
+        return len(self.state_names)
+
+    @property
+    def nobs(self) -> int:
+        return len(self.obs_names)
+
+
+_ACTION = {"pendulum": ("torque", "N*m"), "cartpole": ("force", "N"), "furuta": ("voltage", "V")}
+
+
+def _check_indices(idx, n: int, what: str) -> np.ndarray:
+    a = np.asarray(idx)
+    if a.dtype.kind not in "iu" or a.ndim != 1:
+        raise ValueError(f"{what} must be a 1-D array of integers, got dtype {a.dtype} "
+                         f"and shape {a.shape}")
+    if a.size and (a.min() < 0 or a.max() >= n):
+        raise ValueError(f"{what} must lie in [0, {n}), got values from {a.min()} to {a.max()}")
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+class BatchSim:
+    """``num_envs`` environments of one plant, stepped together in C.
+
+    Parameters
+    ----------
+    system: ``"pendulum"``, ``"cartpole"`` or ``"furuta"``.
+    preset: a parameter preset of that system (``presets(system)``); the
+        first one by default.
+    seed: seeds environment b's counter-based RNG with ``seed + b``.
+    autoreset: reset environments that end inside ``step`` (the returned
+        observation is then the reset one; ``final_obs`` keeps the last).
+    **model: overrides of model fields, e.g. ``delay=2``,
+        ``integrator="rk4"``, ``substeps=4``, ``noise_std=[0.01, 0.1]``.
+    """
+
+    def __init__(self, system: str = "pendulum", num_envs: int = 1, preset: str | None = None,
+                 seed: int = 0, autoreset: bool = False, **model):
+        sid = _system_id(system)
+        preset = default_preset(system) if preset is None else preset
+        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        self._model = ffi.new("ps_model *")
+        if lib.ps_model_init(self._model, sid, preset.encode()) != lib.PS_OK:
+            raise ValueError(f"unknown preset {preset!r} for system {system!r}; "
+                             f"choose one of {presets(system)}")
+        self._apply_overrides(model)
+        m = self._model
+        self.system, self.preset, self.num_envs = system, preset, int(num_envs)
+        self.autoreset = bool(autoreset)
+        self.spec = PlantSpec(
+            system=system, preset=preset, dt=float(m.dt), u_max=float(m.u_max),
+            max_steps=int(m.max_steps),
+            state_names=_names(lib.ps_state_name, sid, m.nx),
+            obs_names=_names(lib.ps_obs_name, sid, m.nobs),
+            param_names=_names(lib.ps_param_name, sid, m.nparam),
+            action_name=_ACTION[system][0], action_unit=_ACTION[system][1])
+        B = self.num_envs
+        # state, component-major (structure-of-arrays)
+        self._x = np.zeros((m.nx, B))
+        self._param = np.zeros((m.nparam, B))
+        self._act_buf = np.zeros((MAX_DELAY, B), np.float32)
+        self._rng_key = np.zeros(B, np.uint64)
+        self._rng_ctr = np.zeros(B, np.uint64)
+        self._t = np.zeros(B, np.int32)
+        self._data = ffi.new("ps_data *")
+        self._data.B = B
+        self._data.x = ffi.from_buffer("double[]", self._x)
+        self._data.param = ffi.from_buffer("double[]", self._param)
+        self._data.act_buf = ffi.from_buffer("float[]", self._act_buf)
+        self._data.rng_key = ffi.from_buffer("uint64_t[]", self._rng_key)
+        self._data.rng_ctr = ffi.from_buffer("uint64_t[]", self._rng_ctr)
+        self._data.t = ffi.from_buffer("int32_t[]", self._t)
+        # output buffers, with their C pointers cached
+        self._action = np.zeros(B, np.float32)
+        self._obs = np.zeros((B, m.nobs), np.float32)
+        self._final_obs = np.zeros((B, m.nobs), np.float32)
+        self._reward = np.zeros(B)
+        self._terminated = np.zeros(B, np.uint8)
+        self._truncated = np.zeros(B, np.uint8)
+        self._p_action = ffi.from_buffer("float[]", self._action)
+        self._p_obs = ffi.from_buffer("float[]", self._obs)
+        self._p_final_obs = ffi.from_buffer("float[]", self._final_obs)
+        self._p_reward = ffi.from_buffer("double[]", self._reward)
+        self._p_terminated = ffi.from_buffer("uint8_t[]", self._terminated)
+        self._p_truncated = ffi.from_buffer("uint8_t[]", self._truncated)
+        self._terminated_view = self._terminated.view(bool)
+        self._truncated_view = self._truncated.view(bool)
+        self.seed(seed)
+        lib.ps_reset(self._model, self._data, ffi.NULL, ffi.NULL)
+
+    # ------------------------------------------------------------------ model
+    def _apply_overrides(self, model: dict) -> None:
+        m = self._model
+        for name, value in model.items():
+            if value is None:
+                continue
+            if name == "integrator":
+                if value not in INTEGRATORS:
+                    raise ValueError(f"unknown integrator {value!r}; choose one of "
+                                     f"{list(INTEGRATORS)}")
+                m.integrator = INTEGRATORS[value]
+            elif name in _SCALAR_FIELDS:
+                setattr(m, name, _SCALAR_FIELDS[name](value))
+            elif name in _VECTOR_FIELDS:
+                v = np.asarray(value, dtype=float)
+                if v.shape != (m.nx,) or not np.all(np.isfinite(v)):
+                    raise ValueError(f"{name} must be {m.nx} finite numbers (one per state "
+                                     f"component), got {value!r}")
+                for k in range(m.nx):
+                    getattr(m, name)[k] = v[k]
+            elif name in ("param", "params"):
+                raise ValueError("set per-environment parameters with set_param() after "
+                                 "construction")
+            else:
+                raise ValueError(f"unknown model field {name!r}; known: "
+                                 f"{['integrator', *_SCALAR_FIELDS, *_VECTOR_FIELDS]}")
+        if lib.ps_model_check(m) != lib.PS_OK:
+            raise ValueError(f"model overrides {model} put a field out of range (dt > 0, "
+                             f"substeps >= 1, 0 <= delay <= {MAX_DELAY}, u_max > 0, "
+                             "non-negative noise and encoder counts)")
+
+    @property
+    def model(self):
+        """The C model struct (read it; changing it after construction is at your own risk)."""
+        return self._model
+
+    # ------------------------------------------------------------------ stepping
+    def seed(self, seed: int) -> None:
+        """Seed every environment's RNG: environment b gets ``seed + b``."""
+        seeds = (np.uint64(int(seed) % 2**64) + np.arange(self.num_envs, dtype=np.uint64))
+        lib.ps_seed(self._data, ffi.from_buffer("uint64_t[]", seeds))
+
+    def reseed(self, indices, seeds) -> None:
+        """Give the listed environments new RNG streams (e.g. branches whose
+        sensor noise should differ)."""
+        idx = _check_indices(indices, self.num_envs, "indices")
+        seeds = np.asarray(seeds, dtype=np.uint64).reshape(-1)
+        if seeds.shape != idx.shape:
+            raise ValueError(f"need one seed per index, got {seeds.size} for {idx.size}")
+        keys, ctrs = self._rng_key.copy(), self._rng_ctr.copy()
+        tmp = ffi.new("ps_data *", {"B": idx.size})
+        k, c = np.zeros(idx.size, np.uint64), np.zeros(idx.size, np.uint64)
+        tmp.rng_key, tmp.rng_ctr = ffi.from_buffer("uint64_t[]", k), ffi.from_buffer("uint64_t[]", c)
+        lib.ps_seed(tmp, ffi.from_buffer("uint64_t[]", np.ascontiguousarray(seeds)))
+        keys[idx], ctrs[idx] = k, c
+        self._rng_key[:], self._rng_ctr[:] = keys, ctrs
+
+    def reset(self, mask=None, seed: int | None = None) -> np.ndarray:
+        """Reset all environments (or those where ``mask`` is true) to draws
+        from the preset's start distribution; returns the observation."""
+        if seed is not None:
+            self.seed(seed)
+        if mask is None:
+            lib.ps_reset(self._model, self._data, ffi.NULL, self._p_obs)
+        else:
+            mask = np.asarray(mask)
+            if mask.shape != (self.num_envs,) or mask.dtype != bool:
+                raise ValueError(f"mask must be a bool array of shape ({self.num_envs},), got "
+                                 f"{mask.dtype} {mask.shape}")
+            m8 = np.ascontiguousarray(mask, dtype=np.uint8)
+            lib.ps_reset(self._model, self._data, ffi.from_buffer("uint8_t[]", m8), ffi.NULL)
+            lib.ps_observe(self._model, self._data, self._p_obs)
+        return self._obs
+
+    def observe(self) -> np.ndarray:
+        """Observation of the current state (draws sensor noise if the model has any)."""
+        lib.ps_observe(self._model, self._data, self._p_obs)
+        return self._obs
+
+    def _actions_into_buffer(self, actions) -> None:
+        a = actions if isinstance(actions, np.ndarray) else np.asarray(actions)
+        if a.dtype.kind != "f":
+            raise ValueError(f"actions must be floating point (float32 preferred), got {a.dtype}")
+        if a.shape != (self.num_envs,) and a.shape != (self.num_envs, 1):
+            raise ValueError(f"actions must have shape ({self.num_envs},) or "
+                             f"({self.num_envs}, 1), got {a.shape}")
+        self._action[:] = a.reshape(self.num_envs)
+
+    def step(self, actions):
+        """One control step of every environment.
+
+        Returns ``(obs, reward, terminated, truncated)``: float32
+        ``(num_envs, nobs)``, float64, bool, bool. Raises ``ValueError`` for a
+        wrong shape or dtype, or a NaN or infinite action, leaving the state
+        untouched."""
+        self._actions_into_buffer(actions)
+        rc = lib.ps_step(self._model, self._data, self._p_action, self._p_obs, self._p_reward,
+                         self._p_terminated, self._p_truncated, self.autoreset,
+                         self._p_final_obs)
+        if rc:
+            raise ValueError(_ERRORS[rc])
+        return self._obs, self._reward, self._terminated_view, self._truncated_view
+
+    @property
+    def final_obs(self) -> np.ndarray:
+        """The observation each environment reached in the last step, before any autoreset."""
+        return self._final_obs
+
+    def rollout(self, actions):
+        """K steps of every environment given actions of shape ``(K, num_envs)``.
+
+        Returns fresh arrays ``obs (K, B, nobs)``, ``reward (K, B)``,
+        ``terminated (K, B)``, ``truncated (K, B)``; ``obs[k]`` follows
+        step k."""
+        a = np.asarray(actions)
+        if a.dtype.kind != "f" or a.ndim not in (2, 3) or a.shape[1] != self.num_envs or (
+                a.ndim == 3 and a.shape[2] != 1):
+            raise ValueError(f"actions must be floating point with shape (K, {self.num_envs}), "
+                             f"got {a.dtype} {a.shape}")
+        a = np.ascontiguousarray(a.reshape(a.shape[0], self.num_envs), dtype=np.float32)
+        K, B, nobs = a.shape[0], self.num_envs, self._model.nobs
+        obs = np.empty((K, B, nobs), np.float32)
+        reward = np.empty((K, B))
+        term = np.empty((K, B), np.uint8)
+        trunc = np.empty((K, B), np.uint8)
+        rc = lib.ps_rollout(self._model, self._data, K, ffi.from_buffer("float[]", a),
+                            ffi.from_buffer("float[]", obs), ffi.from_buffer("double[]", reward),
+                            ffi.from_buffer("uint8_t[]", term), ffi.from_buffer("uint8_t[]", trunc),
+                            self.autoreset)
+        if rc:
+            raise ValueError(_ERRORS[rc])
+        return obs, reward, term.view(bool), trunc.view(bool)
+
+    # ------------------------------------------------------------------ state
+    def get_state(self) -> dict:
+        """A copy of the full state, environment-major: ``x (B, nx)``,
+        ``param (B, nparam)``, ``act_buf (B, MAX_DELAY)``, ``rng_key (B,)``,
+        ``rng_ctr (B,)``, ``t (B,)``."""
+        return {"x": self._x.T.copy(), "param": self._param.T.copy(),
+                "act_buf": self._act_buf.T.copy(), "rng_key": self._rng_key.copy(),
+                "rng_ctr": self._rng_ctr.copy(), "t": self._t.copy()}
+
+    _STATE_DTYPES = {"x": np.float64, "param": np.float64, "act_buf": np.float32,
+                     "rng_key": np.uint64, "rng_ctr": np.uint64, "t": np.int32}
+
+    def set_state(self, state: dict, indices=None) -> None:
+        """Write a state (as from ``get_state``), whole or in part: any subset
+        of its keys, for all environments or those in ``indices``. Everything
+        is checked before anything is written."""
+        idx = (np.arange(self.num_envs) if indices is None
+               else _check_indices(indices, self.num_envs, "indices"))
+        n = idx.size
+        shapes = {"x": (n, self._x.shape[0]), "param": (n, self._param.shape[0]),
+                  "act_buf": (n, MAX_DELAY), "rng_key": (n,), "rng_ctr": (n,), "t": (n,)}
+        checked = {}
+        for key, value in state.items():
+            if key not in shapes:
+                raise ValueError(f"unknown state key {key!r}; known: {list(shapes)}")
+            v = np.asarray(value)
+            if key in ("x", "param") and v.ndim == 1 and n == 1:
+                v = v[None, :]
+            if v.shape != shapes[key]:
+                raise ValueError(f"state[{key!r}] must have shape {shapes[key]}, got {v.shape}")
+            want = self._STATE_DTYPES[key]
+            if np.dtype(want).kind == "f":
+                if v.dtype.kind not in "fiu" or not np.all(np.isfinite(v)):
+                    raise ValueError(f"state[{key!r}] must be finite numbers")
+            elif v.dtype.kind not in "iu" or (v.size and v.min() < 0):
+                raise ValueError(f"state[{key!r}] must be non-negative integers, got {v.dtype}")
+            checked[key] = v.astype(want)
+        targets = {"x": self._x, "param": self._param, "act_buf": self._act_buf}
+        for key, v in checked.items():
+            if key in targets:
+                targets[key][:, idx] = v.T
+            else:
+                getattr(self, "_" + key)[idx] = v
+
+    def set_param(self, name: str, values, indices=None) -> None:
+        """Set one physical parameter per environment (domain randomisation)."""
+        if name not in self.spec.param_names:
+            raise ValueError(f"unknown parameter {name!r} for {self.system}; known: "
+                             f"{list(self.spec.param_names)}")
+        idx = (np.arange(self.num_envs) if indices is None
+               else _check_indices(indices, self.num_envs, "indices"))
+        v = np.broadcast_to(np.asarray(values, dtype=float), idx.shape)
+        if not np.all(np.isfinite(v)):
+            raise ValueError(f"values for {name!r} must be finite")
+        self._param[self.spec.param_names.index(name), idx] = v
+
+    def copy_envs(self, dst_indices, src: "BatchSim", src_indices) -> None:
+        """Copy the full state of ``src`` environments ``src_indices`` into
+        this simulator's ``dst_indices`` (delay buffers and RNG included)."""
+        if src.system != self.system or src.preset != self.preset:
+            raise ValueError(f"cannot copy {src.system}/{src.preset} state into "
+                             f"{self.system}/{self.preset}")
+        d = _check_indices(dst_indices, self.num_envs, "dst_indices")
+        s = _check_indices(src_indices, src.num_envs, "src_indices")
+        if d.shape != s.shape:
+            raise ValueError(f"dst_indices and src_indices differ in length: {d.size} vs {s.size}")
+        if src is self:  # the C copy wants distinct source and destination
+            snapshot = {k: v[s] for k, v in self.get_state().items()}
+            self.set_state(snapshot, d)
+            return
+        lib.ps_copy_envs(self._model, self._data, ffi.from_buffer("int32_t[]", d), src._data,
+                         ffi.from_buffer("int32_t[]", s), d.size)
+
+    def branch(self, indices, group_size: int, out: "BatchSim | None" = None) -> "BatchSim":
+        """Clone environments ``indices`` into groups of ``group_size``: in the
+        result, environment ``i * group_size + j`` is a copy of ``indices[i]``
+        (state, parameters, delay buffer and RNG). ``out`` (a simulator of
+        ``len(indices) * group_size`` environments of the same plant) is
+        filled and returned; without it a new one is made."""
+        idx = _check_indices(indices, self.num_envs, "indices")
+        if not isinstance(group_size, (int, np.integer)) or group_size < 1:
+            raise ValueError(f"group_size must be a positive integer, got {group_size!r}")
+        n = idx.size * int(group_size)
+        if out is None:
+            out = BatchSim(self.system, n, preset=self.preset, autoreset=self.autoreset)
+            out._model[0] = self._model[0]
+        elif out.num_envs != n:
+            raise ValueError(f"out has {out.num_envs} environments; branching {idx.size} "
+                             f"into groups of {group_size} needs {n}")
+        out.copy_envs(np.arange(n), self, np.repeat(idx, group_size))
+        return out
+
+    # ------------------------------------------------------------------ physics
+    def dynamics(self, x, u: float, env: int = 0) -> np.ndarray:
+        """Continuous-time xdot = f(x, u) with environment ``env``'s parameters."""
+        x = np.ascontiguousarray(x, dtype=float)
+        if x.shape != (self._x.shape[0],):
+            raise ValueError(f"x must have shape ({self._x.shape[0]},), got {x.shape}")
+        xdot = np.empty_like(x)
+        lib.ps_dynamics(self._model, self._data, int(env), ffi.from_buffer("double[]", x),
+                        float(u), ffi.from_buffer("double[]", xdot))
+        return xdot
+
+    def energy(self, x=None, env: int = 0) -> float:
+        """Mechanical energy (J) of state ``x`` (default: environment ``env``'s)."""
+        x = self._x[:, env].copy() if x is None else np.ascontiguousarray(x, dtype=float)
+        return float(lib.ps_energy(self._model, self._data, int(env),
+                                   ffi.from_buffer("double[]", x)))

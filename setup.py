@@ -1,0 +1,5 @@
+# The C simulator is compiled at install time by cffi (API mode, out-of-line);
+# everything else is declared in pyproject.toml.
+from setuptools import setup
+
+setup(cffi_modules=["grpo_ctrl/_build_sim.py:ffibuilder"])
