@@ -44,17 +44,55 @@ void ps_seed(ps_data *d, const uint64_t *seed)
 }
 
 /* NumPy's float remainder (sign of the divisor), as Gymnasium's
- * angle_normalize uses it: ((x + pi) % (2 pi)) - pi. */
+ * angle_normalize uses it: ((x + pi) % (2 pi)) - pi. The common cases avoid
+ * fmod and are exact: a - 2 pi is exact for 2 pi <= a < 4 pi (Sterbenz). */
 static double angle_normalize(double x)
 {
   const double two_pi = 2 * PI;
-  double r = fmod(x + PI, two_pi);
-  if (r != 0.0) {
-    if (r < 0) r += two_pi;
-  } else {
-    r = 0.0;
+  const double a = x + PI;
+  double r;
+  if (a >= 0.0 && a < two_pi) r = a;
+  else if (a >= two_pi && a < 2 * two_pi) r = a - two_pi;
+  else if (a < 0.0 && a > -two_pi) r = a + two_pi;
+  else {
+    r = fmod(a, two_pi);
+    if (r != 0.0) {
+      if (r < 0) r += two_pi;
+    } else {
+      r = 0.0;
+    }
   }
   return r - PI;
+}
+
+/* sin and cos of x for float32 observations, written so that the compiler
+ * vectorises a loop of them: Cody-Waite reduction by pi/2 and fdlibm's
+ * kernel polynomials on [-pi/4, pi/4]. Error about 1e-16 for |x| < 1e5,
+ * far below float32's resolution, so observations round as with libm except
+ * in rare ties (then by one float32 ulp). */
+static inline void fast_sincos(double x, double *s_out, double *c_out)
+{
+  const double two_over_pi = 6.36619772367581382433e-01;
+  const double pio2_1 = 1.57079632673412561417e+00;  /* first 33 bits of pi/2 */
+  const double pio2_2 = 6.07710050630396597660e-11;  /* next 33 bits */
+  const double pio2_3 = 2.02226624879595063154e-21;  /* the rest */
+  const double round_magic = 6755399441055744.0;      /* 1.5 * 2^52 */
+  const double k = (x * two_over_pi + round_magic) - round_magic;
+  const double r = ((x - k * pio2_1) - k * pio2_2) - k * pio2_3;
+  const double z = r * r;
+  const double S1 = -1.66666666666666324348e-01, S2 = 8.33333333332248946124e-03,
+               S3 = -1.98412698298579493134e-04, S4 = 2.75573137070700676789e-06,
+               S5 = -2.50507602534068634195e-08, S6 = 1.58969099521155010221e-10;
+  const double C1 = 4.16666666666666019037e-02, C2 = -1.38888888888741095749e-03,
+               C3 = 2.48015872894767294178e-05, C4 = -2.75573143513906633035e-07,
+               C5 = 2.08757232129817482790e-09, C6 = -1.13596475577881948265e-11;
+  const double sr = r + r * z * (S1 + z * (S2 + z * (S3 + z * (S4 + z * (S5 + z * S6)))));
+  const double cr = 1.0 - 0.5 * z + z * z * (C1 + z * (C2 + z * (C3 + z * (C4 + z * (C5 + z * C6)))));
+  const int quadrant = (int)k; /* modulo 4 by its low bits, also when negative */
+  const int odd = quadrant & 1, neg = quadrant & 2;
+  const double s = odd ? cr : sr, c = odd ? -sr : cr;
+  *s_out = neg ? -s : s;
+  *c_out = neg ? -c : c;
 }
 
 /* ------------------------------------------------------------------------
@@ -141,39 +179,111 @@ static double quadratic_cost(const ps_model *m, const double *x, double u)
   return cost + m->w_u * (u * u);
 }
 
-static void observe_env(const ps_model *m, ps_data *d, int b, const double *x_true,
-                        float *obs)
+/* Observation of one state. Angles enter as (cos, sin), computed by
+ * fast_sincos: the observation is float32, so libm's last bits are moot. */
+static inline void observation(int system, const double *x, float *obs)
+{
+  double c0, s0, c1, s1;
+  switch (system) {
+  case PS_PENDULUM:
+    fast_sincos(x[0], &s0, &c0);
+    obs[0] = (float)c0;
+    obs[1] = (float)s0;
+    obs[2] = (float)x[1];
+    break;
+  case PS_CARTPOLE:
+    fast_sincos(x[2], &s0, &c0);
+    obs[0] = (float)x[0];
+    obs[1] = (float)x[1];
+    obs[2] = (float)c0;
+    obs[3] = (float)s0;
+    obs[4] = (float)x[3];
+    break;
+  default:
+    fast_sincos(x[0], &s0, &c0);
+    fast_sincos(x[1], &s1, &c1);
+    obs[0] = (float)c0;
+    obs[1] = (float)s0;
+    obs[2] = (float)c1;
+    obs[3] = (float)s1;
+    obs[4] = (float)x[2];
+    obs[5] = (float)x[3];
+    break;
+  }
+}
+
+static int has_sensor_model(const ps_model *m)
+{
+  for (int k = 0; k < m->nx; ++k)
+    if (m->noise_std[k] > 0 || m->enc_counts[k] > 0) return 1;
+  return 0;
+}
+
+/* What environment b's sensors report: the true state with Gaussian noise
+ * (from the environment's RNG), then encoder quantisation. */
+static void observe_env(const ps_model *m, ps_data *d, int b, float *obs)
 {
   double x[PS_MAX_NX];
   for (int k = 0; k < m->nx; ++k) {
-    x[k] = x_true[k];
+    x[k] = d->x[k * d->B + b];
     if (m->noise_std[k] > 0) x[k] += m->noise_std[k] * rng_normal(d, b);
     if (m->enc_counts[k] > 0) {
       const double q = 2 * PI / m->enc_counts[k];
       x[k] = q * floor(x[k] / q + 0.5);
     }
   }
-  switch (m->system) {
-  case PS_PENDULUM:
-    obs[0] = (float)cos(x[0]);
-    obs[1] = (float)sin(x[0]);
-    obs[2] = (float)x[1];
-    break;
-  case PS_CARTPOLE:
-    obs[0] = (float)x[0];
-    obs[1] = (float)x[1];
-    obs[2] = (float)cos(x[2]);
-    obs[3] = (float)sin(x[2]);
-    obs[4] = (float)x[3];
-    break;
-  default:
-    obs[0] = (float)cos(x[0]);
-    obs[1] = (float)sin(x[0]);
-    obs[2] = (float)cos(x[1]);
-    obs[3] = (float)sin(x[1]);
-    obs[4] = (float)x[2];
-    obs[5] = (float)x[3];
-    break;
+  observation(m->system, x, obs);
+}
+
+/* Observations of all environments without a sensor model: one plain loop
+ * per plant over the state arrays, which the compiler vectorises. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define PS_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PS_VECTOR_CLONES
+#endif
+
+PS_VECTOR_CLONES
+static void observe_all_exact(int system, int B, const double *restrict xs,
+                              float *restrict obs)
+{
+  double c0, s0, c1, s1;
+  if (system == PS_PENDULUM) {
+    for (int b = 0; b < B; ++b) {
+      fast_sincos(xs[b], &s0, &c0);
+      obs[3 * b] = (float)c0;
+      obs[3 * b + 1] = (float)s0;
+      obs[3 * b + 2] = (float)xs[B + b];
+    }
+  } else if (system == PS_CARTPOLE) {
+    for (int b = 0; b < B; ++b) {
+      fast_sincos(xs[2 * B + b], &s0, &c0);
+      obs[5 * b] = (float)xs[b];
+      obs[5 * b + 1] = (float)xs[B + b];
+      obs[5 * b + 2] = (float)c0;
+      obs[5 * b + 3] = (float)s0;
+      obs[5 * b + 4] = (float)xs[3 * B + b];
+    }
+  } else {
+    for (int b = 0; b < B; ++b) {
+      fast_sincos(xs[b], &s0, &c0);
+      fast_sincos(xs[B + b], &s1, &c1);
+      obs[6 * b] = (float)c0;
+      obs[6 * b + 1] = (float)s0;
+      obs[6 * b + 2] = (float)c1;
+      obs[6 * b + 3] = (float)s1;
+      obs[6 * b + 4] = (float)xs[2 * B + b];
+      obs[6 * b + 5] = (float)xs[3 * B + b];
+    }
+  }
+}
+
+static void observe_all(const ps_model *m, ps_data *d, float *obs)
+{
+  if (has_sensor_model(m)) {
+    for (int b = 0; b < d->B; ++b) observe_env(m, d, b, obs + (size_t)b * m->nobs);
+  } else {
+    observe_all_exact(m->system, d->B, d->x, obs);
   }
 }
 
@@ -192,25 +302,14 @@ static void reset_env(const ps_model *m, ps_data *d, int b)
 /* ------------------------------------------------------------------------
  * Public API.
  * ---------------------------------------------------------------------- */
-void ps_observe(const ps_model *m, ps_data *d, float *obs)
-{
-  double x[PS_MAX_NX], p[PS_MAX_PARAMS];
-  for (int b = 0; b < d->B; ++b) {
-    load(m, d, b, x, p);
-    observe_env(m, d, b, x, obs + (size_t)b * m->nobs);
-  }
-}
+void ps_observe(const ps_model *m, ps_data *d, float *obs) { observe_all(m, d, obs); }
 
 void ps_reset(const ps_model *m, ps_data *d, const uint8_t *mask, float *obs)
 {
-  double x[PS_MAX_NX], p[PS_MAX_PARAMS];
   for (int b = 0; b < d->B; ++b) {
     if (mask && !mask[b]) continue;
     reset_env(m, d, b);
-    if (obs) {
-      load(m, d, b, x, p);
-      observe_env(m, d, b, x, obs + (size_t)b * m->nobs);
-    }
+    if (obs) observe_env(m, d, b, obs + (size_t)b * m->nobs);
   }
 }
 
@@ -221,60 +320,90 @@ static int all_finite(const float *a, size_t n)
   return 1;
 }
 
-/* One step of every environment; actions already checked. */
+/* The command that reaches environment b's actuator now: the action from
+ * `delay` steps ago (the new one joins the queue), saturated. */
+static inline float actuator_command(const ps_model *m, ps_data *d, int b, float u)
+{
+  const int B = d->B, delay = m->delay;
+  if (delay > 0) {
+    float *buf = d->act_buf;
+    const float oldest = buf[b];
+    for (int i = 0; i + 1 < delay; ++i) buf[i * B + b] = buf[(i + 1) * B + b];
+    buf[(delay - 1) * B + b] = u;
+    u = oldest;
+  }
+  const float u_max = (float)m->u_max;
+  return u > u_max ? u_max : (u < -u_max ? -u_max : u);
+}
+
+/* Termination, truncation and the step count of environment b after its
+ * state became x; returns the reward adjustment for a terminating step. */
+static inline double end_of_step(const ps_model *m, ps_data *d, int b, const double *x,
+                                 uint8_t *terminated, uint8_t *truncated)
+{
+  int term = 0;
+  for (int k = 0; k < m->nx; ++k)
+    if (m->term_limit[k] > 0 && fabs(x[k]) > m->term_limit[k]) term = 1;
+  const int t = ++d->t[b];
+  terminated[b] = (uint8_t)term;
+  truncated[b] = (uint8_t)(m->max_steps > 0 && t >= m->max_steps);
+  return term ? m->term_reward : 0.0;
+}
+
+/* Gymnasium's pendulum, the hottest case, in its own loop. */
+static void dynamics_pendulum_gym(const ps_model *m, ps_data *d, const float *action,
+                                  double *reward, uint8_t *terminated, uint8_t *truncated)
+{
+  const int B = d->B;
+  double *th = d->x, *thd = d->x + B;
+  const double *g = d->param + PS_PEND_G * B, *mass = d->param + PS_PEND_M * B,
+               *l = d->param + PS_PEND_L * B;
+  for (int b = 0; b < B; ++b) {
+    const float u = actuator_command(m, d, b, action[b]);
+    const double p[3] = {g[b], mass[b], l[b]};
+    double x[2] = {th[b], thd[b]};
+    double r = -pendulum_gym_step(m, p, x, u);
+    th[b] = x[0];
+    thd[b] = x[1];
+    r += end_of_step(m, d, b, x, terminated, truncated);
+    if (reward) reward[b] = r;
+  }
+}
+
+static void dynamics_generic(const ps_model *m, ps_data *d, const float *action,
+                             double *reward, uint8_t *terminated, uint8_t *truncated)
+{
+  const int B = d->B;
+  double x[PS_MAX_NX], p[PS_MAX_PARAMS];
+  for (int b = 0; b < B; ++b) {
+    const float u = actuator_command(m, d, b, action[b]);
+    load(m, d, b, x, p);
+    double r = m->reward_kind == PS_REWARD_ALIVE ? 1.0 : -quadratic_cost(m, x, u);
+    integrate(m, p, x, u);
+    for (int k = 0; k < m->nx; ++k) d->x[k * B + b] = x[k];
+    r += end_of_step(m, d, b, x, terminated, truncated);
+    if (reward) reward[b] = r;
+  }
+}
+
+/* One step of every environment; actions already checked. Dynamics first,
+ * environment by environment; then all observations at once; then resets. */
 static void step_all(const ps_model *m, ps_data *d, const float *action, float *obs,
                      double *reward, uint8_t *terminated, uint8_t *truncated,
                      int autoreset, float *final_obs)
 {
-  const int B = d->B, nx = m->nx, delay = m->delay;
-  const float u_max = (float)m->u_max;
-  double x[PS_MAX_NX], p[PS_MAX_PARAMS];
-  float obs_b[PS_MAX_NOBS];
+  const int B = d->B;
+  if (m->gym_precision && m->system == PS_PENDULUM)
+    dynamics_pendulum_gym(m, d, action, reward, terminated, truncated);
+  else
+    dynamics_generic(m, d, action, reward, terminated, truncated);
+  if (obs) observe_all(m, d, obs);
+  if (final_obs && obs) memcpy(final_obs, obs, sizeof(float) * (size_t)B * m->nobs);
+  if (!autoreset) return;
   for (int b = 0; b < B; ++b) {
-    /* the action that reaches the actuator now: delayed, then saturated */
-    float u = action[b];
-    if (delay > 0) {
-      float *buf = d->act_buf;
-      const float oldest = buf[b];
-      for (int i = 0; i + 1 < delay; ++i) buf[i * B + b] = buf[(i + 1) * B + b];
-      buf[(delay - 1) * B + b] = u;
-      u = oldest;
-    }
-    if (u > u_max) u = u_max;
-    else if (u < -u_max) u = -u_max;
-
-    load(m, d, b, x, p);
-    double r;
-    if (m->gym_precision && m->system == PS_PENDULUM) {
-      r = -pendulum_gym_step(m, p, x, u);
-    } else {
-      r = m->reward_kind == PS_REWARD_ALIVE ? 1.0 : -quadratic_cost(m, x, u);
-      integrate(m, p, x, u);
-    }
-    for (int k = 0; k < nx; ++k) d->x[k * B + b] = x[k];
-
-    int term = 0;
-    for (int k = 0; k < nx; ++k)
-      if (m->term_limit[k] > 0 && fabs(x[k]) > m->term_limit[k]) term = 1;
-    if (term) r += m->term_reward;
-    const int t = ++d->t[b];
-    const int trunc = m->max_steps > 0 && t >= m->max_steps;
-
-    if (reward) reward[b] = r;
-    if (terminated) terminated[b] = (uint8_t)term;
-    if (truncated) truncated[b] = (uint8_t)trunc;
-    if (obs || final_obs) {
-      observe_env(m, d, b, x, obs_b);
-      if (final_obs) memcpy(final_obs + (size_t)b * m->nobs, obs_b, sizeof(float) * m->nobs);
-      if (autoreset && (term || trunc)) {
-        reset_env(m, d, b);
-        load(m, d, b, x, p);
-        observe_env(m, d, b, x, obs_b);
-      }
-      if (obs) memcpy(obs + (size_t)b * m->nobs, obs_b, sizeof(float) * m->nobs);
-    } else if (autoreset && (term || trunc)) {
-      reset_env(m, d, b);
-    }
+    if (!terminated[b] && !truncated[b]) continue;
+    reset_env(m, d, b);
+    if (obs) observe_env(m, d, b, obs + (size_t)b * m->nobs);
   }
 }
 
@@ -283,6 +412,7 @@ int ps_step(const ps_model *m, ps_data *d, const float *action, float *obs,
             float *final_obs)
 {
   if (!all_finite(action, (size_t)d->B)) return PS_ERR_NONFINITE;
+  if (!terminated || !truncated) return PS_ERR_MODEL;
   step_all(m, d, action, obs, reward, terminated, truncated, autoreset, final_obs);
   return PS_OK;
 }
@@ -292,10 +422,10 @@ int ps_rollout(const ps_model *m, ps_data *d, int K, const float *actions, float
 {
   const size_t B = (size_t)d->B;
   if (!all_finite(actions, (size_t)K * B)) return PS_ERR_NONFINITE;
+  if (!terminated || !truncated) return PS_ERR_MODEL;
   for (int k = 0; k < K; ++k) {
     step_all(m, d, actions + k * B, obs ? obs + k * B * m->nobs : 0,
-             reward ? reward + k * B : 0, terminated ? terminated + k * B : 0,
-             truncated ? truncated + k * B : 0, autoreset, 0);
+             reward ? reward + k * B : 0, terminated + k * B, truncated + k * B, autoreset, 0);
   }
   return PS_OK;
 }

@@ -131,8 +131,9 @@ void ps_seed(ps_data *d, const uint64_t *seed);
 void ps_observe(const ps_model *m, ps_data *d, float *obs);
 
 /* One control step of all B environments. action: [B * nu] (nu = 1).
- * Writes obs [B * nobs], reward [B], terminated [B], truncated [B]; any
- * output may be NULL. If autoreset is nonzero, environments that ended are
+ * Writes obs [B * nobs], reward [B], terminated [B], truncated [B]; obs,
+ * reward and final_obs may be NULL, the episode flags may not
+ * (PS_ERR_MODEL). If autoreset is nonzero, environments that ended are
  * reset after their outputs are written, and obs holds the reset
  * observation (final_obs, if not NULL, keeps the last one).
  * Returns PS_ERR_NONFINITE without touching the state if any action is NaN
@@ -142,7 +143,8 @@ int ps_step(const ps_model *m, ps_data *d, const float *action, float *obs,
             int autoreset, float *final_obs);
 
 /* K steps of all B environments: actions [K * B], obs [K * B * nobs],
- * reward/terminated/truncated [K * B]. Equivalent to K calls of ps_step. */
+ * reward/terminated/truncated [K * B]. Equivalent to K calls of ps_step
+ * (obs and reward may be NULL). */
 int ps_rollout(const ps_model *m, ps_data *d, int K, const float *actions,
                float *obs, double *reward, uint8_t *terminated,
                uint8_t *truncated, int autoreset);
