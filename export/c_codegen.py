@@ -1,0 +1,623 @@
+"""Verified ONNX graph -> dependency-free C99 (one source, one header).
+
+Every controller, trained or hand-written, reaches C the same way: the graph
+that ``verify`` checked against torch is walked node by node in topological
+order, with the batch dimension fixed at 1, and each node becomes a few lines
+of C. What depends only on constants (shape arithmetic, index tensors,
+folded weights) is evaluated here, with ``onnx.reference``, and never reaches
+the C. The result has
+
+* weights as ``static const float`` arrays, no malloc, no stdio, only libm;
+* one function ``int <name>_step(const float *obs, float *action)``;
+* one scratch array on the stack, sized by a liveness-aware allocator, so RAM
+  is the largest set of intermediate values alive at once.
+
+Ops: see ``_UNARY``, ``_BINARY``, ``_MOVES`` and ``_emit_node``; anything else
+is refused with an error that names the op.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from export import metadata
+from export.files import atomic_write
+from grpo_ctrl.errors import UserError
+
+# ONNX op -> C expression of its input {x} (float32 in, float32 out)
+_UNARY = {
+    "Identity": "{x}", "Neg": "(-{x})", "Abs": "fabsf({x})", "Sqrt": "sqrtf({x})",
+    "Exp": "expf({x})", "Log": "logf({x})", "Tanh": "tanhf({x})", "Sin": "sinf({x})",
+    "Cos": "cosf({x})", "Tan": "tanf({x})", "Atan": "atanf({x})", "Asin": "asinf({x})",
+    "Acos": "acosf({x})", "Floor": "floorf({x})", "Ceil": "ceilf({x})",
+    "Round": "nearbyintf({x})",  # ONNX rounds half to even, as nearbyintf does by default
+    "Reciprocal": "(1.0f / {x})", "Relu": "fmaxf({x}, 0.0f)",
+    "Sigmoid": "(1.0f / (1.0f + expf(-{x})))",
+    "Softplus": "({x} > 20.0f ? {x} : log1pf(expf({x})))",
+    "Sign": "({x} > 0.0f ? 1.0f : ({x} < 0.0f ? -1.0f : 0.0f))",
+    "Not": "({x} == 0.0f ? 1.0f : 0.0f)",
+    "Erf": "erff({x})",
+}
+# ONNX op -> C expression of its inputs {a}, {b} (booleans are 0.0f / 1.0f)
+_BINARY = {
+    "Add": "({a} + {b})", "Sub": "({a} - {b})", "Mul": "({a} * {b})", "Div": "({a} / {b})",
+    "Pow": "powf({a}, {b})", "Min": "fminf({a}, {b})", "Max": "fmaxf({a}, {b})",
+    "Greater": "({a} > {b} ? 1.0f : 0.0f)", "Less": "({a} < {b} ? 1.0f : 0.0f)",
+    "GreaterOrEqual": "({a} >= {b} ? 1.0f : 0.0f)", "LessOrEqual": "({a} <= {b} ? 1.0f : 0.0f)",
+    "Equal": "({a} == {b} ? 1.0f : 0.0f)",
+    "And": "(({a} != 0.0f) && ({b} != 0.0f) ? 1.0f : 0.0f)",
+    "Or": "(({a} != 0.0f) || ({b} != 0.0f) ? 1.0f : 0.0f)",
+    "Xor": "(({a} != 0.0f) != ({b} != 0.0f) ? 1.0f : 0.0f)",
+}
+# pure data movement: the output is a fixed selection of the first input's elements
+_MOVES = {"Slice", "Gather", "Transpose", "Expand", "Tile"}
+# same elements, new shape: the output shares its input's storage
+_ALIASES = {"Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"}
+_FOLDED_ONLY = {"Shape", "Size", "ConstantOfShape", "Range"}  # must reduce to constants
+_LIBM_CALL = re.compile(r"\b([a-z0-9]+f)\(")
+_FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.BOOL}
+
+
+@dataclass
+class SizeReport:
+    const_bytes: int     # weights and index tables (flash)
+    code_bytes_est: int  # rough code size of the step function and the libm it calls
+    ram_bytes: int       # scratch array: the largest set of live intermediates
+    libm: list[str]
+
+    @property
+    def flash_bytes_est(self) -> int:
+        return self.const_bytes + self.code_bytes_est
+
+    def summary(self) -> str:
+        return (f"flash ~{self.flash_bytes_est / 1024:.1f} KiB ({self.const_bytes} B constants + "
+                f"~{self.code_bytes_est} B code, estimated), RAM {self.ram_bytes} B scratch "
+                f"on the stack; libm: {', '.join(self.libm) or 'none'}")
+
+
+@dataclass
+class CSource:
+    name: str
+    c: str
+    h: str
+    size: SizeReport
+
+
+def _float_literal(v) -> str:
+    v = np.float32(v)
+    if np.isnan(v):
+        return "NAN"
+    if np.isinf(v):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    s = f"{float(v):.9g}"
+    if not any(c in s for c in ".e"):
+        s += ".0"
+    s += "f"
+    return f"({s})" if s.startswith("-") else s
+
+
+def _eval_node(node: onnx.NodeProto, inputs: list, opsets) -> list[np.ndarray]:
+    """Run one node with onnx's reference implementation."""
+    from onnx.reference import ReferenceEvaluator
+
+    feeds, infos = {}, []
+    for name, value in zip(node.input, inputs):
+        if name and name not in feeds:
+            arr = np.asarray(value)
+            feeds[name] = arr
+            infos.append(helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape))
+    outs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None)
+            for o in node.output if o]
+    graph = helper.make_graph([node], "node", infos, outs)
+    model = helper.make_model(graph, opset_imports=list(opsets))
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return [np.asarray(r) for r in ReferenceEvaluator(model).run(None, feeds)]
+
+
+@dataclass
+class _Tensor:
+    """A value computed at run time: float32 (booleans as 0/1) of a static shape."""
+    shape: tuple
+    dtype: type          # np.float32 or np.bool_ (stored as 0.0f / 1.0f)
+    root: str            # name of the storage it lives in (itself unless an alias)
+    offset: int = 0      # into the scratch array, set by the allocator
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass
+class _Emitter:
+    opsets: list
+    lines: list = field(default_factory=list)
+    consts: list = field(default_factory=list)   # C definitions of constant arrays
+    const_bytes: int = 0
+    const_names: dict = field(default_factory=dict)
+    n_ops: int = 0
+
+    def const_array(self, name: str, arr: np.ndarray) -> str:
+        """C name of a ``static const float`` array holding constant ``name``."""
+        if name not in self.const_names:
+            cname = f"k{len(self.const_names)}"
+            flat = np.asarray(arr, np.float32).reshape(-1)
+            self.const_bytes += 4 * flat.size
+            body = ", ".join(_float_literal(v) for v in flat)
+            shape = "x".join(str(d) for d in np.shape(arr)) or "scalar"
+            self.consts.append(f"/* {name} ({shape}) */\nstatic const float {cname}[{flat.size}] = "
+                               f"{{{_wrap(body)}}};")
+            self.const_names[name] = cname
+        return self.const_names[name]
+
+
+def _wrap(body: str, width: int = 96) -> str:
+    out, line = [], ""
+    for item in body.split(", "):
+        if len(line) + len(item) + 2 > width:
+            out.append(line)
+            line = ""
+        line += item + ", "
+    out.append(line)
+    return "\n  " + "\n  ".join(s.rstrip() for s in out).rstrip(",") + "\n"
+
+
+def _toposort(graph: onnx.GraphProto, known: set) -> list:
+    produced_by = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+    order, state = [], {}
+
+    def visit(i):
+        if state.get(i) == 2:
+            return
+        if state.get(i) == 1:
+            raise UserError("the ONNX graph has a cycle; it is not a valid controller graph")
+        state[i] = 1
+        for name in graph.node[i].input:
+            if name and name not in known and name in produced_by:
+                visit(produced_by[name])
+        state[i] = 2
+        order.append(graph.node[i])
+
+    for i in range(len(graph.node)):
+        visit(i)
+    return order
+
+
+def _io_sizes(model: onnx.ModelProto) -> tuple[str, str, int]:
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    inputs = [i for i in g.input if i.name not in inits]
+    if len(inputs) != 1 or len(g.output) != 1:
+        raise UserError(f"a controller graph has one input and one output; this one has "
+                        f"{len(inputs)} and {len(g.output)}")
+    shapes = []
+    for v in (inputs[0], g.output[0]):
+        t = v.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        if t.elem_type != TensorProto.FLOAT or len(dims) != 2 or dims[1] is None:
+            raise UserError(f"{v.name!r} must be float32 of shape (batch, n); it is "
+                            f"{TensorProto.DataType.Name(t.elem_type)} {dims}")
+        shapes.append(dims[1])
+    if shapes[1] != 1:
+        raise UserError(f"a controller returns one command per observation; the output has "
+                        f"{shapes[1]} columns")
+    return inputs[0].name, g.output[0].name, shapes[0]
+
+
+def generate_c(model: onnx.ModelProto, name: str = "policy") -> CSource:
+    """C99 source and header computing ``model`` for one observation."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise UserError(f"the C name {name!r} is not a C identifier; use letters, digits and _")
+    in_name, out_name, nobs = _io_sizes(model)
+    g = model.graph
+    opsets = list(model.opset_import)
+    consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    tensors: dict[str, _Tensor] = {in_name: _Tensor((1, nobs), np.float32, "obs")}
+    em = _Emitter(opsets)
+    steps = []  # (node, input tensors / constants) of nodes that compute at run time
+    for node in _toposort(g, set(consts) | {in_name}):
+        if node.domain not in ("", "ai.onnx"):
+            raise UserError(f"op {node.domain}::{node.op_type} is not in the standard ONNX domain; "
+                            "the C generator supports standard ops only")
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+               for a in node.attribute):
+            raise UserError(f"op {node.op_type} has a subgraph (control flow); the C generator "
+                            "supports straight-line graphs only")
+        if node.op_type == "Constant":
+            consts[node.output[0]] = _eval_node(node, [], opsets)[0]
+            continue
+        missing = [i for i in node.input if i and i not in consts and i not in tensors]
+        if missing:
+            raise UserError(f"node {node.name or node.op_type} reads {missing}, which nothing "
+                            "produces")
+        if node.op_type in ("Shape", "Size"):
+            src = tensors.get(node.input[0])
+            dummy = np.zeros(src.shape if src else consts[node.input[0]].shape, np.float32)
+            consts[node.output[0]] = _eval_node(node, [dummy], opsets)[0]
+            continue
+        if all(not i or i in consts for i in node.input):
+            values = _eval_node(node, [consts.get(i) for i in node.input], opsets)
+            consts.update(zip(node.output, values))
+            continue
+        if node.op_type in _FOLDED_ONLY:
+            raise UserError(f"op {node.op_type} ({node.name}) depends on the observation; the C "
+                            "generator needs it to reduce to a constant")
+        # shapes and dtypes of the outputs, from a run on zeros of the right shapes
+        dummies = [consts[i] if i in consts else
+                   np.zeros(tensors[i].shape, tensors[i].dtype) if i else None
+                   for i in node.input]
+        outs = _eval_node(node, dummies, opsets)
+        for o, v in zip(node.output, outs):
+            if o:
+                if v.dtype not in (np.float32, np.bool_):
+                    raise UserError(f"op {node.op_type} ({node.name}) yields {v.dtype} from the "
+                                    "observation; the C generator handles float and bool values")
+                tensors[o] = _Tensor(tuple(v.shape), v.dtype.type, o)
+        if node.op_type in _ALIASES:
+            tensors[node.output[0]].root = tensors[node.input[0]].root
+        steps.append(node)
+    if out_name in consts:
+        raise UserError("the graph's output does not depend on the observation; that is not a "
+                        "controller")
+    ram = _allocate(steps, tensors, in_name, out_name)
+    for node in steps:
+        if node.op_type not in _ALIASES:
+            _emit_node(node, tensors, consts, em)
+    out = tensors[out_name]
+    body = "\n".join(em.lines)
+    libm = sorted(set(_LIBM_CALL.findall(body)))
+    code_est = 64 * em.n_ops + 500 * len(libm)  # Cortex-M class at -Os, a rough guide only
+    size = SizeReport(em.const_bytes, code_est, 4 * ram, libm)
+    meta = metadata.raw(model)
+    return CSource(name, _c_file(name, em, body, ram, out, nobs, size, meta),
+                   _h_file(name, nobs, size, meta), size)
+
+
+def _allocate(steps, tensors: dict, in_name: str, out_name: str) -> int:
+    """Offsets into one scratch array: a value's storage is live from the node
+    that writes it to the last node that reads it (or any alias of it);
+    values whose lives overlap get disjoint ranges (first fit)."""
+    start, end, size = {}, {}, {}
+    for t, node in enumerate(steps):
+        for i in node.input:
+            if i in tensors:
+                end[tensors[i].root] = t
+        for o in node.output:
+            if o in tensors and tensors[o].root == o:
+                start[o], end[o], size[o] = t, t, tensors[o].size()
+    end[tensors[out_name].root] = len(steps)
+    placed: list[tuple[int, int, int, int]] = []  # (offset, size, start, end)
+    offsets = {}
+    for root in sorted(start, key=lambda r: (start[r], -size[r])):
+        if root == "obs":
+            continue
+        busy = sorted((o, s) for o, s, a, b in placed if a <= end[root] and start[root] <= b)
+        offset = 0
+        for o, s in busy:
+            if offset + size[root] <= o:
+                break
+            offset = max(offset, o + s)
+        placed.append((offset, size[root], start[root], end[root]))
+        offsets[root] = offset
+    for t in tensors.values():
+        t.offset = offsets.get(t.root, 0)
+    return max((o + s for o, s, _, _ in placed), default=0)
+
+
+def _at(t: _Tensor, idx: str) -> str:
+    """C expression of element ``idx`` of a run-time tensor."""
+    if t.root == "obs":
+        return f"obs[{idx}]"
+    if not t.offset:
+        return f"ws[{idx}]"
+    if idx.isdigit():
+        return f"ws[{t.offset + int(idx)}]"
+    return f"ws[{t.offset} + {idx}]"
+
+
+def _operand(name: str, shape_out: tuple, tensors, consts, em, idx: str) -> str:
+    """C expression of input ``name`` at output element ``idx`` (broadcast)."""
+    if name in consts:
+        arr = np.asarray(consts[name])
+        if arr.dtype == np.bool_:
+            arr = arr.astype(np.float32)
+        if arr.size == 1:
+            return _float_literal(arr.reshape(-1)[0])
+        cname, shape = em.const_array(name, arr), arr.shape
+        at = lambda i: f"{cname}[{i}]"  # noqa: E731
+    else:
+        t = tensors[name]
+        shape, at = t.shape, lambda i: _at(t, i)  # noqa: E731
+        if t.size() == 1:
+            return at("0")
+    if int(np.prod(shape)) == int(np.prod(shape_out)):  # same elements, maybe with unit dims
+        return at(idx)
+    return at(_broadcast_index(shape, shape_out, idx))
+
+
+def _broadcast_index(shape, shape_out, idx: str) -> str:
+    """Index into ``shape`` at the flat output index ``idx`` of ``shape_out``."""
+    shape = (1,) * (len(shape_out) - len(shape)) + tuple(shape)
+    out_strides = np.cumprod((1,) + tuple(shape_out[::-1]))[:-1][::-1]
+    in_strides = np.cumprod((1,) + shape[::-1])[:-1][::-1]
+    total = int(np.prod(shape_out))
+    terms = []
+    for d, (n_in, n_out) in enumerate(zip(shape, shape_out)):
+        if n_in == 1 or n_out == 1:
+            continue
+        coord = idx if out_strides[d] == 1 else f"{idx} / {out_strides[d]}"
+        if out_strides[d] * n_out < total:  # not the outermost varying dimension
+            coord = f"({coord}) % {n_out}" if out_strides[d] > 1 else f"{idx} % {n_out}"
+        coord = f"({coord})"
+        terms.append(coord + (f" * {in_strides[d]}" if in_strides[d] > 1 else ""))
+    return " + ".join(terms) or "0"
+
+
+def _loop(em: _Emitter, n: int, stmt: str) -> None:
+    """``stmt`` for every output element i (just once, with i = 0 written out, for one)."""
+    em.n_ops += 1
+    em.lines.append(f"  for (int i = 0; i < {n}; ++i) {stmt}" if n > 1 else f"  {stmt}")
+
+
+def _emit_node(node: onnx.NodeProto, tensors, consts, em: _Emitter) -> None:
+    op, out = node.op_type, tensors[node.output[0]]
+    n = out.size()
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    em.lines.append(f"  /* {op} {node.name} -> {list(out.shape)} */")
+
+    idx = "i" if n > 1 else "0"
+    dst = _at(out, idx)
+
+    def operand(name):
+        return _operand(name, out.shape, tensors, consts, em, idx)
+
+    if op in _UNARY or op == "Cast" or op in ("LeakyRelu", "Elu", "Selu", "HardSigmoid"):
+        x = operand(node.input[0])
+        if op == "Cast":
+            to = attrs["to"]
+            if to not in _FLOAT_TYPES:
+                raise UserError(f"Cast to {TensorProto.DataType.Name(to)} is not supported by the "
+                                "C generator (float and bool only)")
+            expr = f"({x} != 0.0f ? 1.0f : 0.0f)" if to == TensorProto.BOOL else x
+        elif op == "LeakyRelu":
+            expr = f"({x} >= 0.0f ? {x} : {_float_literal(attrs.get('alpha', 0.01))} * {x})"
+        elif op == "Elu":
+            expr = f"({x} >= 0.0f ? {x} : {_float_literal(attrs.get('alpha', 1.0))} * (expf({x}) - 1.0f))"
+        elif op == "Selu":
+            a, gam = attrs.get("alpha", 1.67326319217681884765625), attrs.get("gamma", 1.05070102214813232421875)
+            expr = (f"({_float_literal(gam)} * ({x} > 0.0f ? {x} : "
+                    f"{_float_literal(a)} * (expf({x}) - 1.0f)))")
+        elif op == "HardSigmoid":
+            expr = (f"fmaxf(0.0f, fminf(1.0f, {_float_literal(attrs.get('alpha', 0.2))} * {x} + "
+                    f"{_float_literal(attrs.get('beta', 0.5))}))")
+        else:
+            expr = _UNARY[op].format(x=x)
+        _loop(em, n, f"{dst} = {expr};")
+    elif op in _BINARY or (op in ("Min", "Max", "Sum", "Mean") and len(node.input) >= 1):
+        names = [i for i in node.input if i]
+        if op == "Pow" and node.input[1] in consts and np.asarray(consts[node.input[1]]).size == 1:
+            p = float(np.asarray(consts[node.input[1]]).reshape(-1)[0])
+            x = operand(names[0])
+            expr = {2.0: f"({x} * {x})", 1.0: x, 0.5: f"sqrtf({x})", 3.0: f"({x} * {x} * {x})"}.get(
+                p, f"powf({x}, {_float_literal(p)})")
+        else:
+            template = _BINARY.get(op, "({a} + {b})")
+            expr = operand(names[0])
+            for other in names[1:]:
+                expr = template.format(a=expr, b=operand(other))
+            if op == "Mean":
+                expr = f"({expr} / {_float_literal(len(names))})"
+        _loop(em, n, f"{dst} = {expr};")
+    elif op == "Mod":
+        if attrs.get("fmod", 0) != 1:
+            raise UserError("Mod with fmod=0 on floats is not valid ONNX; the C generator "
+                            "supports fmod=1")
+        _loop(em, n, f"{dst} = fmodf({operand(node.input[0])}, {operand(node.input[1])});")
+    elif op == "Where":
+        c, a, b = (operand(i) for i in node.input)
+        _loop(em, n, f"{dst} = {c} != 0.0f ? {a} : {b};")
+    elif op == "Clip":
+        expr = operand(node.input[0])
+        if len(node.input) > 1 and node.input[1]:
+            expr = f"fmaxf({expr}, {operand(node.input[1])})"
+        if len(node.input) > 2 and node.input[2]:
+            expr = f"fminf({expr}, {operand(node.input[2])})"
+        _loop(em, n, f"{dst} = {expr};")
+    elif op in ("Gemm", "MatMul"):
+        _emit_matmul(node, attrs, tensors, consts, em, out)
+    elif op in _MOVES or op == "Concat":
+        _emit_move(node, tensors, consts, em, out)
+    else:
+        raise UserError(f"op {op} ({node.name}) is not supported by the C generator; supported: "
+                        f"{', '.join(sorted(supported_ops()))}")
+
+
+def supported_ops() -> set[str]:
+    return (set(_UNARY) | set(_BINARY) | _MOVES | _ALIASES | _FOLDED_ONLY |
+            {"Cast", "LeakyRelu", "Elu", "Selu", "HardSigmoid", "Sum", "Mean", "Mod", "Where",
+             "Clip", "Gemm", "MatMul", "Concat", "Constant"})
+
+
+def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> None:
+    """out (M, N) = alpha * op(A) op(B) + beta * C, summed in order k = 0..K-1."""
+    a_name, b_name = node.input[0], node.input[1]
+    shapes = [np.asarray(consts[x]).shape if x in consts else tensors[x].shape
+              for x in (a_name, b_name)]
+    if len(shapes[0]) != 2 or len(shapes[1]) != 2:
+        raise UserError(f"{node.op_type} ({node.name}) on shapes {shapes}: the C generator "
+                        "supports 2-D matrix products only")
+    ta, tb = attrs.get("transA", 0), attrs.get("transB", 0)
+    (ar, ac), (br, bc) = shapes
+    M, K = (ac, ar) if ta else (ar, ac)
+    N = br if tb else bc
+
+    def elem(name, shape, row, col, trans):
+        r, c = (col, row) if trans else (row, col)
+        terms = [r if r == "0" or shape[1] == 1 else f"{r} * {shape[1]}", c]
+        index = " + ".join(t for t in terms if t != "0") or "0"
+        if name in consts:
+            return f"{em.const_array(name, consts[name])}[{index}]"
+        return _at(tensors[name], index)
+
+    a = elem(a_name, shapes[0], "m" if M > 1 else "0", "k", ta)
+    b = elem(b_name, shapes[1], "k", "j", tb)
+    alpha = float(attrs.get("alpha", 1.0))
+    acc = "acc" if alpha == 1.0 else f"{_float_literal(alpha)} * acc"
+    if len(node.input) > 2 and node.input[2]:
+        beta = float(attrs.get("beta", 1.0))
+        c_name = node.input[2]
+        c_size = np.asarray(consts[c_name]).size if c_name in consts else tensors[c_name].size()
+        if c_size == 1:
+            c_idx = "0"
+        elif c_size == M * N:
+            c_idx = f"m * {N} + j" if M > 1 else "j"
+        else:  # a row (N,) or (1, N), or a column (M, 1)
+            c_idx = "j" if c_size == N else "m"
+        if c_name in consts and c_size == 1:
+            c = _float_literal(np.asarray(consts[c_name]).reshape(-1)[0])
+        else:
+            c = (f"{em.const_array(c_name, consts[c_name])}[{c_idx}]" if c_name in consts
+                 else _at(tensors[c_name], c_idx))
+        acc += f" + {c}" if beta == 1.0 else f" + {_float_literal(beta)} * {c}"
+    dst = _at(out, f"m * {N} + j" if M > 1 else "j")
+    em.n_ops += 1
+    inner = (f"    float acc = 0.0f;\n"
+             f"    for (int k = 0; k < {K}; ++k) acc += {a} * {b};\n"
+             f"    {dst} = {acc};")
+    loop_j = f"  for (int j = 0; j < {N}; ++j) {{\n{inner}\n  }}"
+    if M > 1:
+        loop_j = f"  for (int m = 0; m < {M}; ++m) {{\n" + loop_j.replace("\n", "\n  ") + "\n  }"
+    em.lines.append(loop_j)
+
+
+def _emit_move(node, tensors, consts, em: _Emitter, out: _Tensor) -> None:
+    """Data movement as copies: the source of every output element is found by
+    running the node on element numbers instead of values."""
+    sources = [i for i in (node.input if node.op_type == "Concat" else node.input[:1])]
+    numbered, base = [], 0
+    for s in sources:
+        shape = np.asarray(consts[s]).shape if s in consts else tensors[s].shape
+        size = int(np.prod(shape, dtype=np.int64))
+        numbered.append((np.arange(base, base + size, dtype=np.float64).reshape(shape)))
+        base += size
+    if base >= 2 ** 24:
+        raise UserError(f"{node.op_type} ({node.name}) moves too many elements for the C generator")
+    inputs = ([a.astype(np.float32) for a in numbered] if node.op_type == "Concat" else
+              [numbered[0].astype(np.float32)] + [consts.get(i) for i in node.input[1:]])
+    if node.op_type != "Concat" and any(i and i not in consts for i in node.input[1:]):
+        raise UserError(f"{node.op_type} ({node.name}) has indices that depend on the observation; "
+                        "the C generator needs them constant")
+    where = _eval_node(node, inputs, em.opsets)[0].reshape(-1).astype(np.int64)
+    starts = np.cumsum([0] + [a.size for a in numbered])
+    runs = []  # (out start, source name, source start, length)
+    for o, w in enumerate(where):
+        k = int(np.searchsorted(starts, w, side="right") - 1)
+        src, s = sources[k], int(w - starts[k])
+        if runs and runs[-1][1] == src and runs[-1][2] + runs[-1][3] == s and \
+                runs[-1][0] + runs[-1][3] == o:
+            runs[-1][3] += 1
+        else:
+            runs.append([o, src, s, 1])
+    for o, src, s, length in runs:
+        if src in consts:
+            arr = np.asarray(consts[src], np.float32).reshape(-1)
+            if length == 1:
+                em.lines.append(f"  {_at(out, str(o))} = {_float_literal(arr[s])};")
+                continue
+            cname = em.const_array(src, consts[src])
+            at = lambda i: f"{cname}[{i}]"  # noqa: E731
+        else:
+            at = lambda i, t=tensors[src]: _at(t, i)  # noqa: E731
+        em.n_ops += 1
+        if length == 1:
+            em.lines.append(f"  {_at(out, str(o))} = {at(str(s))};")
+        else:
+            em.lines.append(f"  for (int i = 0; i < {length}; ++i) "
+                            f"{_at(out, f'{o} + i' if o else 'i')} = {at(f'{s} + i' if s else 'i')};")
+
+
+def _meta_comment(meta: dict) -> str:
+    return "\n".join(f" *   {k}: {v}" for k, v in meta.items()) or " *   (none)"
+
+
+def _c_file(name, em: _Emitter, body, ram, out: _Tensor, nobs, size: SizeReport, meta) -> str:
+    scratch = f"  float ws[{ram}];\n" if ram else ""
+    consts = "\n\n".join(em.consts)
+    return f"""/* Generated by grpo-ctrl export from a verified ONNX graph; do not edit.
+ * {size.summary()}
+ */
+#include <math.h>
+
+#include "{name}.h"
+
+{consts}
+
+int {name}_step(const float *obs, float *action) {{
+  for (int i = 0; i < {nobs}; ++i) {{
+    if (!isfinite(obs[i])) {{
+      action[0] = 0.0f;
+      return 1;
+    }}
+  }}
+{scratch}{body}
+  action[0] = {_at(out, "0")};
+  return 0;
+}}
+"""
+
+
+def _h_file(name, nobs, size: SizeReport, meta) -> str:
+    guard = f"{name.upper()}_H"
+    parsed = metadata.parse(meta) if meta else {}
+    names = parsed.get("obs_names") or [f"obs[{k}]" for k in range(nobs)]
+    order = "\n".join(f" *   obs[{k}] = {v}" for k, v in enumerate(names))
+    defines = f"#define {name.upper()}_NOBS {nobs}\n"
+    if "u_max" in parsed:
+        defines += f"#define {name.upper()}_U_MAX {_float_literal(parsed['u_max'])}\n"
+    if "dt" in parsed:
+        defines += f"#define {name.upper()}_DT {_float_literal(parsed['dt'])}\n"
+    return f"""/* Generated by grpo-ctrl export from a verified ONNX graph; do not edit.
+ *
+ * C99, no allocation, no stdio; link with libm (-lm). Compile without
+ * -ffast-math: the step function checks its input with isfinite().
+ *
+ * Size: {size.summary()}.
+ *
+ * Observation order:
+{order}
+ *
+ * Exported model metadata:
+{_meta_comment(meta)}
+ */
+#ifndef {guard}
+#define {guard}
+
+{defines}
+/* One control step: obs[{nobs}] as the device measures it -> action[0], the
+ * command in physical units, clipped to the actuator limits. Returns 0, or 1
+ * (and a command of 0) when an observation is NaN or infinite. */
+int {name}_step(const float *obs, float *action);
+
+#endif /* {guard} */
+"""
+
+
+def write_c(model: onnx.ModelProto, outdir: str | Path, name: str = "policy") -> CSource:
+    """Generate and write ``OUTDIR/<name>.c`` and ``OUTDIR/<name>.h``."""
+    src = generate_c(model, name)
+    outdir = Path(outdir)
+    if outdir.exists() and not outdir.is_dir():
+        raise UserError(f"{str(outdir)!r} exists and is not a folder; give a folder for the C files")
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create the folder {str(outdir)!r}: {e.strerror or e}") from None
+    atomic_write(outdir / f"{name}.h", src.h)
+    atomic_write(outdir / f"{name}.c", src.c)
+    return src

@@ -1,0 +1,136 @@
+"""Does an exported ONNX controller compute what its torch original computes?
+
+``verify`` runs ``onnx.checker`` with full checks, then onnxruntime against
+the torch controller on observations drawn across the plant's operating
+range (``operating_observations``), and reports the largest absolute
+difference of the commands.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import torch
+
+from grpo_ctrl.errors import UserError
+from grpo_ctrl.sim import BatchSim
+
+TOLERANCE = 1e-5
+SAMPLES = 10_000
+
+# Velocity ranges the plants reach in use, for the components the simulator
+# does not clip itself (a preset's v_max takes precedence). Cart-pole: swing-up
+# speeds; Furuta: what a Qube-Servo 2 arm and pendulum reach while swinging.
+_VELOCITY_RANGE = {
+    ("cartpole", "x_dot"): 5.0,
+    ("cartpole", "theta_dot"): 15.0,
+    ("furuta", "theta_dot"): 25.0,
+    ("furuta", "alpha_dot"): 40.0,
+    ("pendulum", "theta_dot"): 8.0,
+}
+_ANGLES = ("theta", "alpha")
+_TRACK = {"x"}  # positions bounded by the preset's termination limit
+_NEAR_UPRIGHT = 0.5  # rad: half of the samples lie this close to upright, slow
+
+
+def operating_states(system: str, preset: str, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` states ``(n, nx)`` spread over the plant's operating range.
+
+    Half are drawn uniformly over the whole range: angles uniform on the
+    circle, velocities over their range, the cart over its track. The other
+    half lie near upright (angles within 0.5 rad, velocities within a fifth
+    of their range), where a balancing controller is not saturated, so its
+    unclipped arithmetic is exercised too."""
+    sim = BatchSim(system, 1, preset)
+    m, names = sim.model, sim.spec.state_names
+    rng = np.random.default_rng(seed)
+    wide = np.empty((n, len(names)))
+    near = np.empty_like(wide)
+    for k, name in enumerate(names):
+        if name in _ANGLES:
+            wide[:, k] = rng.uniform(-math.pi, math.pi, n)
+            near[:, k] = rng.uniform(-_NEAR_UPRIGHT, _NEAR_UPRIGHT, n)
+        elif name in _TRACK:
+            limit = float(m.term_limit[k]) or 1.0
+            wide[:, k] = rng.uniform(-limit, limit, n)
+            near[:, k] = rng.uniform(-limit / 5, limit / 5, n)
+        else:
+            clipped = name in ("theta_dot", "alpha_dot") and float(m.v_max) > 0
+            vmax = float(m.v_max) if clipped else _VELOCITY_RANGE[(system, name)]
+            wide[:, k] = rng.uniform(-vmax, vmax, n)
+            near[:, k] = rng.uniform(-vmax / 5, vmax / 5, n)
+    states = np.where((np.arange(n) % 2 == 0)[:, None], wide, near)
+    return states
+
+
+def operating_observations(system: str, preset: str, n: int = SAMPLES,
+                           seed: int = 0) -> np.ndarray:
+    """Float32 observations ``(n, nobs)`` of ``operating_states``, made by
+    the simulator's own observation function (noise and quantisation off)."""
+    states = operating_states(system, preset, n, seed)
+    nx = states.shape[1]
+    sim = BatchSim(system, n, preset, noise_std=[0.0] * nx, enc_counts=[0.0] * nx)
+    sim.set_state({"x": states})
+    return sim.observe().copy()
+
+
+@dataclass(frozen=True)
+class Verification:
+    max_abs_error: float
+    samples: int
+    batch1_max_abs_error: float  # one observation per call, as the bridge runs it
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return max(self.max_abs_error, self.batch1_max_abs_error) <= self.tolerance
+
+    def summary(self) -> str:
+        verdict = "PASS" if self.ok else "FAIL"
+        return (f"{verdict}: max |onnxruntime - torch| = {self.max_abs_error:.3g} over "
+                f"{self.samples} observations ({self.batch1_max_abs_error:.3g} one at a time); "
+                f"tolerance {self.tolerance:g}")
+
+
+def check_graph(model: onnx.ModelProto) -> None:
+    """``onnx.checker`` with full checks (shape inference included)."""
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        raise UserError(f"the ONNX graph fails onnx.checker: {e}") from None
+
+
+@torch.no_grad()
+def verify(model: onnx.ModelProto, controller, samples: int = SAMPLES, seed: int = 0,
+           tolerance: float = TOLERANCE, batch1_samples: int = 200) -> Verification:
+    """Check ``model`` against ``controller`` on ``samples`` operating-range
+    observations. Raises ``UserError`` if the graph is invalid or its input
+    does not fit the controller's plant; returns the measured error (check
+    ``.ok``)."""
+    import onnxruntime as ort
+
+    check_graph(model)
+    spec = controller.spec
+    obs = operating_observations(spec.system, spec.preset, samples, seed)
+    want = controller(torch.from_numpy(obs)).numpy().astype(np.float32)
+    if want.shape != (samples, 1):
+        raise UserError(f"the controller returns shape {want.shape} for {samples} observations; "
+                        f"the controller contract asks for ({samples}, 1)")
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    inp, out = session.get_inputs()[0].name, session.get_outputs()[0].name
+    try:
+        got = session.run([out], {inp: obs})[0]
+        one = np.concatenate([session.run([out], {inp: obs[i:i + 1]})[0]
+                              for i in range(min(batch1_samples, samples))])
+    except Exception as e:  # onnxruntime raises its own exception types
+        raise UserError(f"onnxruntime cannot run the model on {spec.nobs} observations of "
+                        f"{spec.system}: {e}") from None
+    if got.shape != want.shape:
+        raise UserError(f"the ONNX model returns shape {got.shape}, the controller {want.shape}")
+    err = float(np.max(np.abs(got.astype(np.float64) - want)))
+    err1 = float(np.max(np.abs(one.astype(np.float64) - want[:len(one)])))
+    if not (np.isfinite(err) and np.isfinite(err1)):
+        err = err1 = math.inf
+    return Verification(err, samples, err1, tolerance)
