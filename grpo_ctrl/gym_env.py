@@ -1,0 +1,142 @@
+"""Gymnasium adapters for the simulator, for users of SB3 and friends.
+
+Gymnasium is an optional extra (``pip install 'grpo-ctrl[gym]'``); nothing
+else in grpo_ctrl imports this module.
+
+* ``PendulumSimEnv``: one environment, a ``gymnasium.Env``.
+* ``PendulumSimVectorEnv``: ``num_envs`` environments stepped in one C call,
+  a ``gymnasium.vector.VectorEnv``.
+
+Both work for every plant (``system="pendulum" | "cartpole" | "furuta"``)
+and take the model overrides of ``BatchSim`` (``delay=2``,
+``noise_std=[...]``, ...). Episodes end inside the simulator: ``truncated``
+comes at the preset's ``max_steps``, so do not add a ``TimeLimit`` wrapper.
+
+>>> env = PendulumSimEnv("pendulum", preset="gym")
+>>> obs, info = env.reset(seed=0)
+>>> obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+"""
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    import gymnasium
+    from gymnasium import spaces
+    from gymnasium.vector import AutoresetMode, VectorEnv
+    from gymnasium.vector.utils import batch_space
+except ImportError as e:  # gymnasium < 1.1 lacks AutoresetMode
+    raise ImportError("grpo_ctrl.gym_env needs gymnasium >= 1.1: pip install 'grpo-ctrl[gym]' "
+                      f"(or pip install 'gymnasium>=1.1'); import failed with: {e}") from e
+
+from grpo_ctrl.sim import BatchSim
+
+_SEED_RANGE = 2**63  # seeds drawn for BatchSim when the caller gives none
+
+
+def _spaces(sim: BatchSim) -> tuple[spaces.Box, spaces.Box]:
+    """(observation, action) spaces of one environment.
+
+    cos/sin lie in [-1, 1]; an angular velocity is bounded by the model's
+    clip ``v_max`` when it has one and no sensor noise is added to it;
+    everything else is unbounded (the largest float32, as CartPole-v1 says it)."""
+    m, spec = sim.model, sim.spec
+    high = np.full(spec.nobs, np.finfo(np.float32).max, np.float32)
+    for k, name in enumerate(spec.obs_names):
+        if name.startswith(("cos_", "sin_")):
+            high[k] = 1.0
+        elif name in spec.state_names and name != "x_dot" and m.v_max > 0:
+            if m.noise_std[spec.state_names.index(name)] == 0:
+                high[k] = m.v_max
+    u_max = np.float32(spec.u_max)
+    return (spaces.Box(-high, high, dtype=np.float32),
+            spaces.Box(-u_max, u_max, shape=(1,), dtype=np.float32))
+
+
+class PendulumSimEnv(gymnasium.Env):
+    """One simulated plant as a ``gymnasium.Env``.
+
+    ``reset(seed=s)`` reseeds the simulator's RNG (start states and sensor
+    noise); ``reset(options={"state": x})`` starts from the state ``x``
+    instead of a random draw. ``self.sim`` is the underlying ``BatchSim``
+    (one environment). Rendering is not provided."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, system: str = "pendulum", preset: str | None = None, **model):
+        self.sim = BatchSim(system, 1, preset=preset, **model)
+        self.plant_spec = self.sim.spec
+        self.observation_space, self.action_space = _spaces(self.sim)
+        self._seeded = False
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None or not self._seeded:
+            # without a seed, the first reset draws one from gymnasium's np_random
+            self.sim.seed(seed if seed is not None else int(self.np_random.integers(_SEED_RANGE)))
+            self._seeded = True
+        obs = self.sim.reset()
+        if options and "state" in options:
+            self.sim.set_state({"x": np.asarray(options["state"], dtype=float).reshape(1, -1)})
+            obs = self.sim.observe()
+        return obs[0].copy(), {}
+
+    def step(self, action):
+        a = np.asarray(action, dtype=np.float32).reshape(-1)
+        if a.shape != (1,):
+            raise ValueError(f"action must hold one number ({self.plant_spec.action_name} in "
+                             f"{self.plant_spec.action_unit}), got shape {np.shape(action)}")
+        obs, reward, terminated, truncated = self.sim.step(a)
+        return obs[0].copy(), float(reward[0]), bool(terminated[0]), bool(truncated[0]), {}
+
+
+class PendulumSimVectorEnv(VectorEnv):
+    """``num_envs`` simulated plants as one ``gymnasium.vector.VectorEnv``,
+    stepped together in C.
+
+    Autoreset is Gymnasium's *same-step* mode (``AutoresetMode.SAME_STEP``):
+    when an environment ends, the step that ends it already returns the first
+    observation of its next episode, and ``info["final_obs"][i]`` (with mask
+    ``info["_final_obs"]``) holds the observation it ended in, as
+    ``SyncVectorEnv(..., autoreset_mode=SAME_STEP)`` reports it.
+
+    ``reset(seed=s)`` seeds environment i with ``s + i`` (a list seeds each
+    one); ``reset(options={"reset_mask": mask})`` resets only the masked
+    environments. ``self.sim`` is the underlying ``BatchSim``."""
+
+    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def __init__(self, num_envs: int, system: str = "pendulum", preset: str | None = None,
+                 **model):
+        self.sim = BatchSim(system, num_envs, preset=preset, autoreset=True, **model)
+        self.num_envs = self.sim.num_envs
+        self.single_observation_space, self.single_action_space = _spaces(self.sim)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._seeded = False
+
+    def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
+        if isinstance(seed, (list, tuple, np.ndarray)):
+            if len(seed) != self.num_envs:
+                raise ValueError(f"need one seed per environment ({self.num_envs}), got {len(seed)}")
+            self.sim.reseed(np.arange(self.num_envs), seed)
+            self._seeded = True
+            seed = None
+        super().reset(seed=seed)
+        if seed is not None or not self._seeded:
+            self.sim.seed(seed if seed is not None else int(self.np_random.integers(_SEED_RANGE)))
+            self._seeded = True
+        mask = None if not options or "reset_mask" not in options else options["reset_mask"]
+        return self.sim.reset(mask).copy(), {}
+
+    def step(self, actions):
+        obs, reward, terminated, truncated = self.sim.step(actions)
+        info = {}
+        ended = terminated | truncated
+        if ended.any():
+            final_obs = np.full(self.num_envs, None, dtype=object)
+            for i in np.flatnonzero(ended):
+                final_obs[i] = self.sim.final_obs[i].copy()
+            info = {"final_obs": final_obs, "_final_obs": ended.copy(),
+                    "final_info": {}, "_final_info": ended.copy()}
+        return obs.copy(), reward.copy(), terminated.copy(), truncated.copy(), info
