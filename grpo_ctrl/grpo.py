@@ -1,0 +1,481 @@
+"""GRPO for control, on group-branch rollouts of the C simulator. No critic.
+
+Read top to bottom: the one hyperparameter dataclass, the small named
+functions each variant is made of (unit-tested in tests/test_grpo_math.py),
+the rollout, the update, and the trainer that strings them together.
+docs/grpo.md gives the equations with pointers back here.
+
+One iteration:
+ 1. A pool of ``num_starts`` trajectories (a BatchSim) holds the start
+    states, the "queries". ``branch`` clones each into ``group_size``
+    environments of one group simulator.
+ 2. All ``num_starts * group_size`` branches roll out ``horizon`` steps
+    together: one simulator call and one policy forward pass per step,
+    actions sampled from pi_old.
+ 3. Rewards become advantages within each group (outcome or per-step
+    reward-to-go; scale group/batch/none).
+ 4. The first ``loss_steps`` steps of each branch enter the clipped-ratio
+    loss (the rest is look-ahead for the rewards); ``epochs`` passes over
+    ``minibatches``; optional k3 KL to a reference policy.
+ 5. Each trajectory continues from one branch's state at step
+    ``loss_steps`` (continuation rule); some restart from a fresh reset.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+from grpo_ctrl.errors import UserError
+from grpo_ctrl.policy import GaussianPolicy, gaussian_log_prob, log_tanh_jacobian
+from grpo_ctrl.sim import BatchSim
+
+
+@dataclass
+class GRPOConfig:
+    # rollouts
+    num_starts: int = 32          # start states (GRPO "queries") per iteration
+    group_size: int = 8           # branches cloned from each start state (G)
+    horizon: int = 64             # steps each branch is rolled out
+    loss_steps: int = 32          # first steps of each branch in the loss; the rest is look-ahead
+    gamma: float = 0.98           # discount of rewards within a branch
+    reset_prob: float = 0.1       # chance per iteration that a trajectory restarts from a reset
+    continuation: str = "random"  # which branch a trajectory continues from: greedy|softmax|random|policy
+    softmax_temperature: float = 1.0  # temperature on group-normalised returns for softmax continuation
+    # advantages and loss
+    reward_form: str = "outcome"  # outcome (discounted branch return) | reward_to_go (per step, normalised per step)
+    adv_scale: str = "group"      # divide centred rewards by the group std (group), batch std (batch) or not (none)
+    loss_agg: str = "token"       # grpo (mean per branch, then over branches) | token (all steps) | dr_grpo (sum / loss_steps)
+    eps_low: float = 0.2          # ratio clip below: 1 - eps_low
+    eps_high: float = 0.28        # ratio clip above: 1 + eps_high (DAPO clip-higher)
+    trust_region: str = "fixed"   # fixed clip, or adaptive: scale eps to hold KL(pi_old||pi) near kl_target
+    kl_target: float = 0.01       # target KL(pi_old || pi) per update for the adaptive trust region
+    beta: float = 0.0             # weight of the k3 KL penalty to the reference policy (0 = off)
+    ref_refresh: int = 20         # iterations between copies of pi into pi_ref
+    # optimisation
+    epochs: int = 1               # passes over each batch of groups (mu)
+    minibatches: int = 2          # minibatches per epoch, split by branch
+    lr: float = 3e-3              # Adam learning rate
+    max_grad_norm: float = 1.0    # gradient clipping by global norm
+    # policy
+    hidden: int = 64              # width of each hidden layer
+    layers: int = 2               # number of hidden layers
+    activation: str = "relu"      # hidden activation: relu|elu|tanh (tanh is slow on this CPU)
+    log_std_init: float = 0.0     # initial log std of the pre-squash Gaussian
+    log_std_min: float = -2.5     # noise floor: log std is clamped at or above this
+    # run
+    seed: int = 0                 # seeds the simulator and torch
+    time_budget: float = 30.0     # seconds of training wall time (0 = no limit)
+    iterations: int = 0           # stop after this many iterations (0 = no limit)
+    eval_every: float = 1.0       # seconds of training between evaluations for the best checkpoint
+    eval_episodes: int = 100      # episodes per evaluation (fixed start states, deterministic policy)
+    threads: int = 2              # torch threads for the update
+
+
+CHOICES = {"continuation": ("greedy", "softmax", "random", "policy"),
+           "reward_form": ("outcome", "reward_to_go"),
+           "adv_scale": ("group", "batch", "none"),
+           "loss_agg": ("grpo", "token", "dr_grpo"),
+           "trust_region": ("fixed", "adaptive"),
+           "activation": ("relu", "elu", "tanh")}
+
+# Per-plant defaults: the dataclass defaults are the gym pendulum's.
+SYSTEM_DEFAULTS = {
+    ("pendulum", "gym"): {},
+    ("pendulum", "rig"): {"horizon": 400, "loss_steps": 200, "gamma": 0.995, "time_budget": 300.0,
+                          "num_starts": 32, "group_size": 8},
+    ("cartpole", "gym"): {"horizon": 128, "loss_steps": 64, "gamma": 0.99, "time_budget": 60.0},
+    ("cartpole", "swingup"): {"horizon": 160, "loss_steps": 80, "gamma": 0.99,
+                              "time_budget": 300.0},
+    ("furuta", "qube-servo2"): {"horizon": 600, "loss_steps": 300, "gamma": 0.998,
+                                "time_budget": 600.0},
+}
+
+
+def default_config(system: str, preset: str) -> GRPOConfig:
+    return GRPOConfig(**SYSTEM_DEFAULTS.get((system, preset), {}))
+
+
+def check_config(cfg: GRPOConfig) -> None:
+    """UserError naming the first bad field."""
+    for name, allowed in CHOICES.items():
+        if getattr(cfg, name) not in allowed:
+            raise UserError(f"{name} = {getattr(cfg, name)!r} is not one of {list(allowed)}")
+    positive = ("num_starts", "group_size", "horizon", "loss_steps", "epochs", "minibatches",
+                "hidden", "layers", "eval_episodes", "threads", "lr", "ref_refresh")
+    for name in positive:
+        if not getattr(cfg, name) > 0:
+            raise UserError(f"{name} must be positive, got {getattr(cfg, name)!r}")
+    if cfg.loss_steps > cfg.horizon:
+        raise UserError(f"loss_steps ({cfg.loss_steps}) cannot exceed horizon ({cfg.horizon})")
+    if cfg.group_size < 2:
+        raise UserError("group_size must be at least 2: advantages compare branches of a group")
+    if cfg.minibatches > cfg.num_starts * cfg.group_size:
+        raise UserError(f"minibatches ({cfg.minibatches}) exceeds the number of branches "
+                        f"({cfg.num_starts * cfg.group_size})")
+    if not 0.0 < cfg.gamma <= 1.0 or not 0.0 <= cfg.reset_prob <= 1.0:
+        raise UserError("gamma must lie in (0, 1] and reset_prob in [0, 1]")
+    if not (cfg.eps_low > 0 and cfg.eps_high > 0 and cfg.eps_low < 1):
+        raise UserError("eps_low must lie in (0, 1) and eps_high be positive")
+    for name in ("beta", "time_budget", "iterations", "eval_every", "max_grad_norm",
+                 "kl_target", "softmax_temperature"):
+        if getattr(cfg, name) < 0:
+            raise UserError(f"{name} must be non-negative, got {getattr(cfg, name)!r}")
+
+
+def config_fields() -> dict:
+    """name -> type of every GRPOConfig field."""
+    return {f.name: f.type for f in fields(GRPOConfig)}
+
+
+# =====================================================================
+# The variants: small named functions.
+# =====================================================================
+def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
+    """Reward-to-go R_t = sum_{k >= t} gamma^(k-t) r_k along the last axis."""
+    out = np.empty_like(rewards, dtype=np.float64)
+    acc = np.zeros(rewards.shape[:-1])
+    for t in range(rewards.shape[-1] - 1, -1, -1):
+        acc = rewards[..., t] + gamma * acc
+        out[..., t] = acc
+    return out
+
+
+def group_advantages(rewards: np.ndarray, scale: str, eps: float = 1e-8) -> np.ndarray:
+    """GRPO advantages within groups: rewards (num_groups, G, ...) ->
+    (R - mean over the group) / s, with s = the group's std (``group``,
+    unbiased as torch.std), the std of all rewards of the batch (``batch``), or
+    1 (``none``: Dr. GRPO, A_i = R_i - mean(G)). Extra trailing axes (time
+    steps) are normalised separately, each across its group."""
+    centred = rewards - rewards.mean(axis=1, keepdims=True)
+    if scale == "none":
+        return centred
+    if scale == "group":
+        return centred / (rewards.std(axis=1, ddof=1, keepdims=True) + eps)
+    if scale == "batch":
+        return centred / (rewards.std(ddof=1) + eps)
+    raise ValueError(f"unknown advantage scale {scale!r}")
+
+
+def zero_spread_fraction(rewards: np.ndarray, tol: float = 1e-9) -> float:
+    """Fraction of groups (axis 0) whose rewards all equal: no learning signal."""
+    spread = rewards.max(axis=1) - rewards.min(axis=1)
+    return float(np.mean(spread.reshape(spread.shape[0], -1).max(axis=1) <= tol))
+
+
+def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, eps_low: float,
+                      eps_high: float) -> torch.Tensor:
+    """PPO/GRPO objective per step, to maximise:
+    min(ratio A, clip(ratio, 1 - eps_low, 1 + eps_high) A)."""
+    return torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv)
+
+
+def clip_fractions(ratio: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, eps_low: float,
+                   eps_high: float) -> tuple[float, float]:
+    """Sign-aware fractions of steps where the clip stops the gradient:
+    low = A < 0 and ratio < 1 - eps_low; high = A > 0 and ratio > 1 + eps_high."""
+    n = mask.sum().clamp(min=1.0)
+    low = ((adv < 0) & (ratio < 1.0 - eps_low)).float() * mask
+    high = ((adv > 0) & (ratio > 1.0 + eps_high)).float() * mask
+    return float(low.sum() / n), float(high.sum() / n)
+
+
+def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimator of KL(pi || pi_ref) at samples from pi:
+    pi_ref/pi - log(pi_ref/pi) - 1, >= 0 and 0 iff the densities agree."""
+    log_r = logp_ref - logp
+    return torch.exp(log_r) - log_r - 1.0
+
+
+def aggregate_loss(per_step: torch.Tensor, mask: torch.Tensor, how: str,
+                   max_steps: int) -> torch.Tensor:
+    """Average per-step losses (branches, steps) under mask: ``grpo`` mean over
+    each branch's steps then over branches; ``token`` over all steps;
+    ``dr_grpo`` sum over steps / max_steps, then mean over branches."""
+    if how == "grpo":
+        per_branch = (per_step * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        return per_branch.mean()
+    if how == "token":
+        return (per_step * mask).sum() / mask.sum().clamp(min=1.0)
+    if how == "dr_grpo":
+        return (per_step * mask).sum() / (per_step.shape[0] * max_steps)
+    raise ValueError(f"unknown loss aggregation {how!r}")
+
+
+def choose_continuation(returns: np.ndarray, rule: str, rng: np.random.Generator,
+                        temperature: float = 1.0) -> np.ndarray:
+    """Index (within its group) of the branch each trajectory continues from,
+    given branch returns (num_groups, G). ``policy`` picks branch 0, the one
+    that followed the mean action."""
+    n, g = returns.shape
+    if rule == "greedy":
+        return returns.argmax(axis=1)
+    if rule == "random":
+        return rng.integers(0, g, size=n)
+    if rule == "policy":
+        return np.zeros(n, dtype=np.int64)
+    if rule == "softmax":
+        z = group_advantages(returns, "group") / max(temperature, 1e-6)
+        p = np.exp(z - z.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        u = rng.random((n, 1))
+        return np.minimum((p.cumsum(axis=1) < u).sum(axis=1), g - 1)
+    raise ValueError(f"unknown continuation {rule!r}")
+
+
+def gaussian_kl(mu_p, log_std_p, mu_q, log_std_q) -> torch.Tensor:
+    """Exact KL(N(mu_p, s_p) || N(mu_q, s_q)) per state. The tanh squashing is
+    a bijection, so this is also the KL between the squashed policies."""
+    var_ratio = torch.exp(2.0 * (log_std_p - log_std_q))
+    return 0.5 * (var_ratio + (mu_p - mu_q) ** 2 * torch.exp(-2.0 * log_std_q) - 1.0) \
+        - (log_std_p - log_std_q)
+
+
+def adapt_clip(eps_scale: float, kl: float, target: float) -> float:
+    """Adaptive trust region: widen the clip range when the measured
+    KL(pi_old || pi) is under half the target, narrow it when over twice."""
+    if kl > 2.0 * target:
+        eps_scale /= 1.5
+    elif kl < 0.5 * target:
+        eps_scale *= 1.5
+    return float(min(max(eps_scale, 0.05), 5.0))
+
+
+# =====================================================================
+# Rollout: all branches of all groups in each simulator call and forward.
+# =====================================================================
+@dataclass
+class Batch:
+    obs: torch.Tensor        # (B, L, nobs) normalised observations of the loss steps
+    z: torch.Tensor          # (B, L) pre-squash actions taken
+    logp_old: torch.Tensor   # (B, L) Gaussian log-density under pi_old
+    mu_old: torch.Tensor     # (B, L) pi_old's mean, for the exact KL diagnostic
+    adv: torch.Tensor        # (B, L) advantages
+    mask: torch.Tensor       # (B, L) 1 where the step is in the loss
+    returns: np.ndarray      # (N, G) discounted branch returns
+    entropy: float           # Monte-Carlo entropy of the squashed action distribution
+    raw_obs: torch.Tensor    # (B*H, nobs) raw observations, for the running normaliser
+
+
+class GroupRollout:
+    """The trajectory pool and the group simulators it branches into."""
+
+    def __init__(self, cfg: GRPOConfig, system: str, preset: str, seed: int):
+        n, g = cfg.num_starts, cfg.group_size
+        self.cfg = cfg
+        self.pool = BatchSim(system, n, preset=preset, seed=seed)
+        self.group = BatchSim(system, n * g, preset=preset, seed=seed + 10_000)
+        self.snapshot = BatchSim(system, n * g, preset=preset, seed=seed + 20_000)
+        self.spec = self.pool.spec
+        self.rng = np.random.default_rng(seed)
+        self.sim_steps = 0
+
+    @torch.no_grad()
+    def collect(self, policy: GaussianPolicy, gen: torch.Generator) -> Batch:
+        cfg, n, g = self.cfg, self.cfg.num_starts, self.cfg.group_size
+        B, H, L = n * g, cfg.horizon, cfg.loss_steps
+        sim = self.pool.branch(np.arange(n), g, out=self.group)
+        obs_np = sim.observe()
+        nobs = obs_np.shape[1]
+        raw = torch.empty(H, B, nobs)
+        z = torch.empty(H, B)
+        mu = torch.empty(H, B)
+        rewards = np.empty((H, B))
+        alive = np.ones((H + 1, B), dtype=bool)  # alive[t]: not terminated before step t
+        std = float(torch.exp(policy.log_std))
+        noise = torch.randn(H, B, generator=gen) * std
+        if cfg.continuation == "policy":
+            noise.view(H, n, g)[:, :, 0] = 0.0  # branch 0 follows the mean action
+        for t in range(H):
+            raw[t] = torch.from_numpy(obs_np)
+            mu[t] = policy.mu(policy.normalise(raw[t]))
+            z[t] = mu[t] + noise[t]
+            act = policy.u_max * np.tanh(z[t].numpy())  # np.tanh: torch.tanh is slow here
+            obs_np, r, term, _ = sim.step(act)
+            rewards[t] = r
+            alive[t + 1] = alive[t] & ~term
+            if t + 1 == L:  # the states trajectories continue from
+                self.snapshot.copy_envs(np.arange(B), sim, np.arange(B))
+        self.sim_steps += B * H
+        rewards *= alive[:H]  # after termination a branch earns nothing
+        # scores and advantages
+        rtg = discounted_returns(rewards.T.reshape(n, g, H), cfg.gamma)  # (n, g, H)
+        returns = rtg[:, :, 0]
+        if cfg.reward_form == "outcome":
+            adv = np.repeat(group_advantages(returns, cfg.adv_scale)[:, :, None], L, axis=2)
+        else:
+            adv = group_advantages(rtg[:, :, :L], cfg.adv_scale)
+        mask = alive[:L].T.reshape(n, g, L).astype(np.float32)
+        if cfg.continuation == "policy":
+            mask[:, 0, :] = 0.0  # the mean-action branch is not a sample of pi
+        # continuation and fresh resets
+        pick = choose_continuation(returns, cfg.continuation, self.rng, cfg.softmax_temperature)
+        self.pool.copy_envs(np.arange(n), self.snapshot, np.arange(n) * g + pick)
+        state = self.pool.get_state()
+        ended = ~alive[L].reshape(n, g)[np.arange(n), pick] | (state["t"] >= self.spec.max_steps)
+        restart = ended | (self.rng.random(n) < cfg.reset_prob)
+        if restart.any():
+            self.pool.reset(mask=restart)
+        # the loss steps, branch-major
+        zl = z[:L].T.contiguous()
+        mul = mu[:L].T.contiguous()
+        logp_old = gaussian_log_prob(zl, mul, policy.log_std.detach())
+        entropy = -float((logp_old - log_tanh_jacobian(zl, policy.u_max)).mean())
+        obs_l = policy.normalise(raw[:L].transpose(0, 1)).contiguous()
+        return Batch(obs=obs_l, z=zl, logp_old=logp_old, mu_old=mul,
+                     adv=torch.from_numpy(adv.reshape(B, L)).float(),
+                     mask=torch.from_numpy(mask.reshape(B, L)), returns=returns,
+                     entropy=entropy, raw_obs=raw.reshape(H * B, nobs))
+
+
+# =====================================================================
+# Update.
+# =====================================================================
+def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.optim.Optimizer,
+                batch: Batch, cfg: GRPOConfig, eps_low: float, eps_high: float,
+                gen: torch.Generator) -> dict:
+    """``epochs`` passes of clipped-ratio (+ beta k3) steps over minibatches of branches."""
+    B, L = batch.z.shape
+    log_std_old = policy.log_std.detach().clone()
+    grad_norms, clip_lo, clip_hi = [], [], []
+    for _ in range(cfg.epochs):
+        perm = torch.randperm(B, generator=gen)
+        for idx in perm.chunk(cfg.minibatches):
+            mu = policy.mu(batch.obs[idx])
+            logp = gaussian_log_prob(batch.z[idx], mu, policy.log_std)
+            ratio = torch.exp(logp - batch.logp_old[idx])
+            adv, mask = batch.adv[idx], batch.mask[idx]
+            per_step = -clipped_surrogate(ratio, adv, eps_low, eps_high)
+            if cfg.beta > 0 and ref is not None:
+                with torch.no_grad():
+                    logp_ref = gaussian_log_prob(batch.z[idx], ref.mu(batch.obs[idx]),
+                                                 ref.log_std)
+                per_step = per_step + cfg.beta * k3_kl(logp, logp_ref)
+            loss = aggregate_loss(per_step, mask, cfg.loss_agg, L)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(
+                policy.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)))
+            opt.step()
+            with torch.no_grad():
+                policy.log_std.clamp_(min=cfg.log_std_min)
+            lo, hi = clip_fractions(ratio.detach(), adv, mask, eps_low, eps_high)
+            clip_lo.append(lo)
+            clip_hi.append(hi)
+    with torch.no_grad():  # how far the update moved, exactly: KL(pi_old || pi), KL(pi || pi_ref)
+        mu = policy.mu(batch.obs)
+        m = batch.mask
+        n = m.sum().clamp(min=1.0)
+        kl_old = float((gaussian_kl(batch.mu_old, log_std_old,
+                                    mu, policy.log_std) * m).sum() / n)
+        kl_ref = 0.0
+        if ref is not None:
+            kl_ref = float((gaussian_kl(mu, policy.log_std, ref.mu(batch.obs), ref.log_std)
+                            * m).sum() / n)
+    return {"grad_norm": float(np.mean(grad_norms)), "clip_low": float(np.mean(clip_lo)),
+            "clip_high": float(np.mean(clip_hi)), "kl_old": kl_old, "kl_ref": kl_ref}
+
+
+# =====================================================================
+# Deterministic evaluation on fixed start states (for the best checkpoint).
+# =====================================================================
+@torch.no_grad()
+def evaluate_policy(policy: GaussianPolicy, sim: BatchSim, seed: int) -> float:
+    """Mean episode return of the mean action over ``sim.num_envs`` episodes
+    from the start states ``seed`` draws (the same ones every call)."""
+    obs = sim.reset(seed=seed)
+    total = np.zeros(sim.num_envs)
+    alive = np.ones(sim.num_envs, dtype=bool)
+    for _ in range(sim.spec.max_steps):
+        z = policy.mu(policy.normalise(torch.from_numpy(obs)))
+        obs, r, term, _ = sim.step(policy.u_max * np.tanh(z.numpy()))
+        total += r * alive
+        alive &= ~term
+        if not alive.any():
+            break
+    return float(total.mean())
+
+
+# =====================================================================
+# The trainer.
+# =====================================================================
+class Trainer:
+    """One GRPO run: policy, optimiser, reference policy, rollout pool."""
+
+    def __init__(self, cfg: GRPOConfig, system: str, preset: str):
+        check_config(cfg)
+        self.cfg, self.system, self.preset = cfg, system, preset
+        torch.set_num_threads(cfg.threads)
+        torch.manual_seed(cfg.seed)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.rollout = GroupRollout(cfg, system, preset, cfg.seed)
+        self.spec = self.rollout.spec
+        self.policy = GaussianPolicy(self.spec.nobs, self.spec.u_max, cfg.hidden, cfg.layers,
+                                     cfg.activation, cfg.log_std_init)
+        self.opt = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr)
+        self.ref = copy.deepcopy(self.policy) if cfg.beta > 0 else None
+        self.eval_sim = BatchSim(system, cfg.eval_episodes, preset=preset)
+        self.eval_seed = 1_000_003 + cfg.seed
+        self.iteration = 0
+        self.eps_scale = 1.0
+        # the pool starts from resets; prime the normaliser with what they look like
+        self.policy.obs_norm.update(torch.from_numpy(self.rollout.pool.observe().copy()))
+        self.policy.refresh_norm()
+
+    def step(self) -> dict:
+        """One iteration: collect groups, update, refresh stats. Returns metrics."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        batch = self.rollout.collect(self.policy, self.gen)
+        t1 = time.perf_counter()
+        eps_low, eps_high = cfg.eps_low * self.eps_scale, cfg.eps_high * self.eps_scale
+        eps_low = min(eps_low, 0.95)
+        stats = grpo_update(self.policy, self.ref, self.opt, batch, cfg, eps_low, eps_high,
+                            self.gen)
+        if cfg.trust_region == "adaptive":
+            self.eps_scale = adapt_clip(self.eps_scale, stats["kl_old"], cfg.kl_target)
+        self.policy.obs_norm.update(batch.raw_obs)
+        self.policy.refresh_norm()
+        self.iteration += 1
+        if self.ref is not None and self.iteration % cfg.ref_refresh == 0:
+            self.ref.load_state_dict(self.policy.state_dict())
+            self.ref.obs_norm.load_state_dict(self.policy.obs_norm.state_dict())
+            self.ref.refresh_norm()
+        # the reference's normaliser follows the policy's so both read obs alike
+        if self.ref is not None:
+            self.ref._obs_mean, self.ref._obs_inv_std = self.policy._obs_mean, self.policy._obs_inv_std
+        returns = batch.returns
+        return {"iteration": self.iteration,
+                "branch_return": float(returns.mean()),
+                "group_reward_std": float(returns.std(axis=1, ddof=1).mean()),
+                "zero_spread": zero_spread_fraction(returns),
+                "entropy": batch.entropy, "log_std": float(self.policy.log_std.detach()),
+                "eps_low": eps_low, "eps_high": eps_high,
+                **stats, "sim_steps": self.rollout.sim_steps,
+                "rollout_s": t1 - t0, "update_s": time.perf_counter() - t1}
+
+    def evaluate(self) -> float:
+        return evaluate_policy(self.policy, self.eval_sim, self.eval_seed)
+
+    # resume support: what beyond the policy a run needs to continue
+    def state(self) -> dict:
+        return {"optimizer": self.opt.state_dict(), "iteration": self.iteration,
+                "eps_scale": self.eps_scale, "torch_rng": self.gen.get_state(),
+                "sim_steps": self.rollout.sim_steps}
+
+    def load_state(self, policy: GaussianPolicy, st: dict) -> None:
+        self.policy.load_state_dict(policy.state_dict())
+        self.policy.obs_norm.load_state_dict(policy.obs_norm.state_dict())
+        self.policy.refresh_norm()
+        self.opt.load_state_dict(st["optimizer"])
+        self.iteration, self.eps_scale = int(st["iteration"]), float(st["eps_scale"])
+        self.gen.set_state(st["torch_rng"])
+        self.rollout.sim_steps = int(st["sim_steps"])
+        if self.ref is not None:
+            self.ref = copy.deepcopy(self.policy)
+        # fresh trajectories for the rest of the run, from a seed tied to the iteration
+        self.rollout.pool.reset(seed=self.cfg.seed + 7919 * self.iteration)

@@ -1,0 +1,247 @@
+"""The Gaussian MLP policy GRPO trains, and the deterministic controller it deploys.
+
+Distribution. The network maps normalised observations to the mean ``mu`` of
+a Gaussian over a pre-squash action ``z``; the standard deviation
+``exp(log_std)`` is one learned number, state-independent. The actuator
+command is the tanh-squashed sample ``a = u_max * tanh(z)``, so it never
+leaves ``[-u_max, u_max]`` and the simulator's clip never bites. The density
+of ``a`` carries the change-of-variables Jacobian::
+
+    log pi(a | s) = log N(z; mu, sigma) - log(u_max * (1 - tanh(z)^2))
+
+(``squashed_log_prob``). The trainer keeps ``z`` of every sample, so every
+ratio it forms (pi/pi_old, pi_ref/pi) compares densities at the same ``z``
+and the Jacobian term, which does not depend on the parameters, cancels: the
+update needs only ``gaussian_log_prob``.
+
+Deployment. The deterministic action is ``u_max * tanh(mu)``. ``PolicyController``
+freezes the observation normalisation into the module, and uses only Linear,
+ReLU/ELU/tanh, tanh squashing, affine scaling and clamp, which export simply
+to ONNX opset 17 and to plain C. ReLU is the default hidden activation:
+``torch.tanh`` is an order of magnitude slower than ReLU on this CPU.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from grpo_ctrl.errors import UserError
+
+CHECKPOINT_FORMAT = "grpo-ctrl-policy-v1"
+ACTIVATIONS = {"relu": nn.ReLU, "elu": nn.ELU, "tanh": nn.Tanh}
+LOG_2PI = math.log(2.0 * math.pi)
+
+
+def gaussian_log_prob(z: torch.Tensor, mu: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """log N(z; mu, exp(log_std)^2), elementwise."""
+    return -0.5 * ((z - mu) * torch.exp(-log_std)) ** 2 - log_std - 0.5 * LOG_2PI
+
+
+def log_tanh_jacobian(z: torch.Tensor, u_max: float) -> torch.Tensor:
+    """log |da/dz| for a = u_max tanh(z), computed stably as
+    log u_max + 2 (log 2 - z - softplus(-2 z))."""
+    return math.log(u_max) + 2.0 * (math.log(2.0) - z - F.softplus(-2.0 * z))
+
+
+def squashed_log_prob(z, mu, log_std, u_max: float) -> torch.Tensor:
+    """Log-density of the command a = u_max tanh(z), z ~ N(mu, sigma^2), at a(z)."""
+    return gaussian_log_prob(z, mu, log_std) - log_tanh_jacobian(z, u_max)
+
+
+class RunningNorm:
+    """Running mean and variance of observations (Chan et al.'s parallel
+    update), used to normalise the policy's input. Frozen into the controller."""
+
+    def __init__(self, n: int):
+        self.mean = torch.zeros(n, dtype=torch.float64)
+        self.var = torch.ones(n, dtype=torch.float64)
+        self.count = 1e-4
+
+    def update(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1, self.mean.numel()).double()
+        n, m, v = x.shape[0], x.mean(0), x.var(0, unbiased=False)
+        total = self.count + n
+        delta = m - self.mean
+        self.mean = self.mean + delta * n / total
+        self.var = (self.var * self.count + v * n + delta ** 2 * self.count * n / total) / total
+        self.count = total
+
+    def scale(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, 1/std) as float32, std floored so constant inputs stay finite."""
+        return self.mean.float(), (1.0 / torch.sqrt(self.var + 1e-8)).clamp(max=1e4).float()
+
+    def state_dict(self) -> dict:
+        return {"mean": self.mean.clone(), "var": self.var.clone(), "count": float(self.count)}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.mean, self.var, self.count = d["mean"].double(), d["var"].double(), float(d["count"])
+
+
+def mlp(nin: int, hidden: int, layers: int, activation: str) -> nn.Sequential:
+    """nin -> [hidden, activation] * layers -> 1, the mean of z."""
+    if activation not in ACTIVATIONS:
+        raise UserError(f"unknown activation {activation!r}; choose one of {list(ACTIVATIONS)}")
+    mods, n = [], nin
+    for _ in range(layers):
+        mods += [nn.Linear(n, hidden), ACTIVATIONS[activation]()]
+        n = hidden
+    head = nn.Linear(n, 1)
+    nn.init.zeros_(head.bias)
+    with torch.no_grad():
+        head.weight.mul_(0.01)  # start near mu = 0: unbiased exploration
+    mods.append(head)
+    return nn.Sequential(*mods)
+
+
+class GaussianPolicy(nn.Module):
+    """The trained object: mean network, log_std, observation normaliser, u_max."""
+
+    def __init__(self, nobs: int, u_max: float, hidden: int = 64, layers: int = 2,
+                 activation: str = "relu", log_std_init: float = 0.0):
+        super().__init__()
+        self.arch = {"nobs": nobs, "hidden": hidden, "layers": layers, "activation": activation}
+        self.u_max = float(u_max)
+        self.net = mlp(nobs, hidden, layers, activation)
+        self.log_std = nn.Parameter(torch.full((1,), float(log_std_init)))
+        self.obs_norm = RunningNorm(nobs)
+        self.refresh_norm()
+
+    def refresh_norm(self) -> None:
+        """Copy the running statistics into the (frozen) scaling used by forward."""
+        self._obs_mean, self._obs_inv_std = self.obs_norm.scale()
+
+    def normalise(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs - self._obs_mean) * self._obs_inv_std
+
+    def mu(self, obs_normalised: torch.Tensor) -> torch.Tensor:
+        """Mean of z for normalised observations, shape (N,)."""
+        return self.net(obs_normalised).squeeze(-1)
+
+    def checkpoint(self, spec, config: dict, extra: dict | None = None) -> dict:
+        """Everything needed to act and to resume, as plain tensors and numbers."""
+        return {"format": CHECKPOINT_FORMAT, "arch": dict(self.arch), "u_max": self.u_max,
+                "system": spec.system, "preset": spec.preset, "config": dict(config),
+                "net": {k: v.clone() for k, v in self.net.state_dict().items()},
+                "log_std": self.log_std.detach().clone(), "obs_norm": self.obs_norm.state_dict(),
+                **(extra or {})}
+
+    @classmethod
+    def from_checkpoint(cls, ck: dict) -> "GaussianPolicy":
+        p = cls(ck["arch"]["nobs"], ck["u_max"], ck["arch"]["hidden"], ck["arch"]["layers"],
+                ck["arch"]["activation"])
+        p.net.load_state_dict(ck["net"])
+        with torch.no_grad():
+            p.log_std.copy_(ck["log_std"])
+        p.obs_norm.load_state_dict(ck["obs_norm"])
+        p.refresh_norm()
+        return p
+
+    def controller(self, spec) -> "PolicyController":
+        return PolicyController(self, spec)
+
+
+class PolicyController(nn.Module):
+    """The deployed controller: obs (N, nobs) float32 -> command (N, 1) in
+    physical units, u_max * tanh(mu(normalised obs)), clamped to +-u_max.
+    A frozen copy, independent of the policy it came from."""
+
+    def __init__(self, policy: GaussianPolicy, spec, source_info: dict | None = None):
+        super().__init__()
+        self.spec = spec
+        self.source_info = dict(source_info or {})
+        mean, inv_std = policy.obs_norm.scale()
+        self.register_buffer("obs_mean", mean.clone())
+        self.register_buffer("obs_inv_std", inv_std.clone())
+        self.net = mlp(policy.arch["nobs"], policy.arch["hidden"], policy.arch["layers"],
+                       policy.arch["activation"])
+        self.net.load_state_dict(policy.net.state_dict())
+        self.u_max = float(policy.u_max)
+        self.requires_grad_(False)
+        self.eval()
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        z = self.net((obs - self.obs_mean) * self.obs_inv_std)
+        return torch.clamp(self.u_max * torch.tanh(z), -self.u_max, self.u_max)
+
+
+# ---------------------------------------------------------------------- files
+def save_checkpoint(ck: dict, path: Path) -> None:
+    """Write atomically: a temporary file in the same folder, then rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(ck, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_checkpoint(path: Path) -> dict:
+    """Load and check a checkpoint file; UserError if it is not one."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint {str(path)!r} does not exist; train one with "
+                        "`grpo-ctrl train` or point at a run folder")
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for a damaged file
+        raise UserError(f"{str(path)!r} is not a readable grpo-ctrl checkpoint ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0] if str(e) else 'unreadable'}); retrain or "
+                        "point at another checkpoint") from None
+    if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
+        raise UserError(f"{str(path)!r} is not a grpo-ctrl policy checkpoint (format "
+                        f"{ck.get('format') if isinstance(ck, dict) else type(ck).__name__!r}, "
+                        f"expected {CHECKPOINT_FORMAT!r})")
+    return ck
+
+
+def checkpoint_path(path: Path, which: str = "best") -> Path:
+    """The checkpoint a run folder or file names: ``best.pt`` of a run folder
+    by default (``latest.pt`` if there is no best yet)."""
+    path = Path(path)
+    if path.is_dir():
+        for name in (f"{which}.pt", "latest.pt"):
+            if (path / name).is_file():
+                return path / name
+        raise UserError(f"run folder {str(path)!r} has no checkpoint ({which}.pt or latest.pt); "
+                        "is training finished, or is this the right folder?")
+    if not path.exists():
+        raise UserError(f"{str(path)!r} does not exist; name a run folder or a checkpoint file")
+    return path
+
+
+def load_policy(path: Path, which: str = "best") -> tuple[GaussianPolicy, dict, Path]:
+    ck_path = checkpoint_path(path, which)
+    ck = read_checkpoint(ck_path)
+    try:
+        return GaussianPolicy.from_checkpoint(ck), ck, ck_path
+    except (KeyError, RuntimeError, TypeError) as e:
+        raise UserError(f"{str(ck_path)!r} is a damaged checkpoint ({type(e).__name__}: {e}); "
+                        "retrain or point at another checkpoint") from None
+
+
+def load_policy_controller(path, which: str = "best") -> PolicyController:
+    """The deterministic controller of a run folder (its best checkpoint by
+    default) or of a checkpoint file, per grpo_ctrl.controller's contract.
+    ``.source_info`` = {run, checkpoint, sha256} of what it was loaded from."""
+    from grpo_ctrl.sim import BatchSim
+    policy, ck, ck_path = load_policy(Path(path), which)
+    try:
+        spec = BatchSim(ck["system"], 1, preset=ck["preset"]).spec
+    except ValueError as e:
+        raise UserError(f"{str(ck_path)!r} names a plant this simulator lacks: {e}") from None
+    digest = hashlib.sha256(ck_path.read_bytes()).hexdigest()
+    run = ck_path.parent if Path(path).is_dir() or ck_path.parent.joinpath("config.toml").exists() \
+        else None
+    info = {"run": str(run) if run is not None else "", "checkpoint": str(ck_path),
+            "sha256": digest}
+    return PolicyController(policy, spec, info)

@@ -1,0 +1,259 @@
+"""``grpo-ctrl train``: run GRPO on one plant, writing a run folder.
+
+The run folder holds ``config.toml`` (the resolved configuration, loadable
+with ``--config``), ``metrics.jsonl`` (one line per iteration),
+``curve.png`` (the training curve), and the checkpoints ``latest.pt`` and
+``best.pt`` (best deterministic evaluation return so far).
+
+Configuration precedence: per-plant defaults < ``--config`` file < flags.
+Every ``GRPOConfig`` field is a flag (``num_starts`` -> ``--num-starts``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+import tomllib
+from dataclasses import asdict, fields
+from datetime import datetime
+from pathlib import Path
+
+from grpo_ctrl.errors import UserError
+from grpo_ctrl.grpo import GRPOConfig, Trainer, check_config, default_config
+from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
+from grpo_ctrl.sim import presets, systems, default_preset
+
+RUN_KEYS = ("system", "preset")  # what config.toml holds besides the GRPOConfig fields
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--system", help="plant: pendulum (default), cartpole or furuta")
+    p.add_argument("--preset", help="parameter preset of the plant (default: its first)")
+    p.add_argument("--out", help="run folder (default: runs/SYSTEM-PRESET-TIMESTAMP)")
+    p.add_argument("--config", help="TOML file of GRPOConfig fields (and system/preset)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its latest checkpoint for another "
+                        "--time-budget seconds")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    g = p.add_argument_group("GRPO hyperparameters (override the config file)")
+    for f in fields(GRPOConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kind = {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str)
+                                                         else f.type.__name__]
+        g.add_argument(flag, dest=f.name, type=kind, default=None, metavar=kind.__name__.upper(),
+                       help=_field_doc(f.name))
+
+
+def _field_doc(name: str) -> str:
+    """The one-line comment after the field in GRPOConfig's source."""
+    import inspect
+    for line in inspect.getsource(GRPOConfig).splitlines():
+        head = line.strip()
+        if head.startswith(name + ":") and "#" in head:
+            return head.split("#", 1)[1].strip().replace("%", "%%")
+    return ""
+
+
+def read_toml(path: str) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise UserError(f"config file {path!r} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"config file {path!r} is not valid TOML: {e}") from None
+    known = {f.name for f in fields(GRPOConfig)} | set(RUN_KEYS)
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise UserError(f"config file {path!r}: unknown field(s) {unknown}; known: "
+                        f"{sorted(known)}")
+    return data
+
+
+def write_toml(path: Path, data: dict) -> None:
+    """Flat TOML of strings, ints, floats and bools, written atomically."""
+    lines = []
+    for k, v in data.items():
+        if isinstance(v, bool):
+            lines.append(f"{k} = {'true' if v else 'false'}")
+        elif isinstance(v, (int, float)):
+            lines.append(f"{k} = {v!r}" if math.isfinite(v) else f"{k} = {'inf' if v > 0 else '-inf'}")
+        else:
+            lines.append(f"{k} = {json.dumps(str(v))}")
+    tmp = path.with_suffix(".toml.tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+
+
+def resolve(args) -> tuple[str, str, GRPOConfig, Path]:
+    """Plant, configuration and run folder from defaults, file and flags."""
+    file_cfg = {}
+    out = Path(args.out) if args.out else None
+    if args.resume:
+        if out is None:
+            raise UserError("--resume needs --out RUN_FOLDER (the run to continue)")
+        if not (out / "config.toml").is_file() or not (out / "latest.pt").is_file():
+            raise UserError(f"cannot resume {str(out)!r}: it has no config.toml and latest.pt")
+        file_cfg = read_toml(str(out / "config.toml"))
+    if args.config:
+        file_cfg.update(read_toml(args.config))
+    system = args.system or file_cfg.get("system") or "pendulum"
+    if system not in systems():
+        raise UserError(f"unknown system {system!r}; choose one of {systems()}")
+    preset = args.preset or file_cfg.get("preset") or default_preset(system)
+    if preset not in presets(system):
+        raise UserError(f"unknown preset {preset!r} for {system}; choose one of {presets(system)}")
+    cfg = default_config(system, preset)
+    for f in fields(GRPOConfig):
+        value = getattr(args, f.name, None)
+        if value is None and f.name in file_cfg:
+            value = file_cfg[f.name]
+        if value is not None:
+            want = type(getattr(cfg, f.name))
+            if want is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            if not isinstance(value, want) or isinstance(value, bool):
+                raise UserError(f"{f.name} must be a {want.__name__}, got {value!r}")
+            setattr(cfg, f.name, value)
+    check_config(cfg)
+    if out is None:
+        out = Path("runs") / f"{system}-{preset}-{datetime.now():%Y%m%d-%H%M%S}"
+    if not args.resume and out.exists() and any(out.iterdir()):
+        raise UserError(f"run folder {str(out)!r} already exists and is not empty; choose "
+                        "another --out, or add --resume to continue it")
+    return system, preset, cfg, out
+
+
+class RunFolder:
+    """The files of one run: config, metrics, checkpoints, curve."""
+
+    def __init__(self, out: Path, system: str, preset: str, cfg: GRPOConfig, resume: bool):
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        write_toml(out / "config.toml", {"system": system, "preset": preset, **asdict(cfg)})
+        self.metrics = open(out / "metrics.jsonl", "a" if resume else "w")
+
+    def log(self, row: dict) -> None:
+        self.metrics.write(json.dumps(row) + "\n")
+        self.metrics.flush()
+
+    def checkpoint(self, trainer: Trainer, name: str, extra: dict) -> None:
+        ck = trainer.policy.checkpoint(trainer.spec, asdict(trainer.cfg),
+                                       {**extra, "trainer": trainer.state()})
+        save_checkpoint(ck, self.out / f"{name}.pt")
+
+    def close(self) -> None:
+        self.metrics.close()
+
+
+def plot_curve(metrics_path: Path, png: Path) -> None:
+    """Training curve: evaluation and branch returns, KL, clip and entropy vs wall time."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = [json.loads(line) for line in open(metrics_path) if line.strip()]
+    if not rows:
+        return
+    t = [r["wall_time"] for r in rows]
+    ev = [(r["wall_time"], r["eval_return"]) for r in rows if r.get("eval_return") is not None]
+    fig, ax = plt.subplots(2, 2, figsize=(10, 6.5), sharex=True)
+    if ev:
+        ax[0, 0].plot(*zip(*ev), "o-", ms=3, label="deterministic policy, per episode")
+    ax[0, 0].set_ylabel("return")
+    ax[0, 0].legend()
+    ax[0, 1].plot(t, [r["branch_return"] for r in rows], lw=0.8)
+    ax[0, 1].set_ylabel(f"discounted branch return")
+    ax[1, 0].semilogy(t, [max(r["kl_old"], 1e-8) for r in rows], lw=0.8, label="KL(old||new)")
+    ax[1, 0].semilogy(t, [max(r["clip_low"] + r["clip_high"], 1e-8) for r in rows], lw=0.8,
+                      label="clip fraction")
+    ax[1, 0].legend()
+    ax[1, 1].plot(t, [r["entropy"] for r in rows], lw=0.8)
+    ax[1, 1].set_ylabel("entropy (nats)")
+    for a in ax[1]:
+        a.set_xlabel("training wall time (s)")
+    fig.suptitle(metrics_path.parent.name)
+    fig.tight_layout()
+    tmp = png.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    os.replace(tmp, png)
+
+
+def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: bool = False,
+          progress: bool = True, on_iteration=None) -> dict:
+    """Train until the time budget or iteration limit; returns a summary.
+    ``on_iteration(trainer, row)`` is called after every iteration (the
+    benchmark snapshots the policy there); its time is not training time."""
+    from tqdm import tqdm
+    trainer = Trainer(cfg, system, preset)
+    folder = RunFolder(out, system, preset, cfg, resume) if out is not None else None
+    wall, best, evals_done = 0.0, -math.inf, 0
+    if resume:
+        ck = read_checkpoint(out / "latest.pt")
+        trainer.load_state(GaussianPolicy.from_checkpoint(ck), ck["trainer"])
+        wall, best = float(ck.get("wall_time", 0.0)), float(ck.get("best_return", -math.inf))
+    start_wall, next_eval = wall, wall
+    budget = cfg.time_budget if cfg.time_budget > 0 else math.inf
+    bar = tqdm(total=None if math.isinf(budget) else round(budget, 1), unit="s",
+               disable=not progress, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}{postfix}]")
+    last_eval = None
+    try:
+        while wall - start_wall < budget and (cfg.iterations == 0 or
+                                              trainer.iteration < cfg.iterations):
+            t0 = time.perf_counter()
+            row = trainer.step()
+            row["eval_return"] = None
+            if wall >= next_eval or (cfg.iterations and trainer.iteration >= cfg.iterations):
+                last_eval = row["eval_return"] = trainer.evaluate()
+                next_eval = wall + cfg.eval_every
+                evals_done += 1
+            dt = time.perf_counter() - t0
+            wall += dt
+            row["wall_time"] = wall
+            row["sim_steps_per_s"] = (cfg.num_starts * cfg.group_size * cfg.horizon) / max(
+                row["rollout_s"], 1e-9)
+            if folder is not None:
+                folder.log(row)
+                if row["eval_return"] is not None:
+                    extra = {"wall_time": wall, "best_return": max(best, last_eval),
+                             "eval_return": last_eval}
+                    if last_eval > best:
+                        folder.checkpoint(trainer, "best", extra)
+                    folder.checkpoint(trainer, "latest", extra)
+            if last_eval is not None:
+                best = max(best, last_eval)
+            if not math.isinf(budget):
+                bar.update(min(dt, bar.total - bar.n))
+            bar.set_postfix_str(f"it {trainer.iteration} eval {last_eval if last_eval is not None else float('nan'):.1f} "
+                                f"best {best:.1f} KL {row['kl_old']:.4f} "
+                                f"clip {row['clip_low'] + row['clip_high']:.3f} "
+                                f"sim {row['sim_steps_per_s'] / 1e6:.2f}M steps/s", refresh=False)
+            if on_iteration is not None:
+                on_iteration(trainer, row)
+    finally:
+        bar.close()
+        if folder is not None:
+            final_eval = trainer.evaluate()
+            extra = {"wall_time": wall, "best_return": max(best, final_eval),
+                     "eval_return": final_eval}
+            if final_eval > best or not (out / "best.pt").exists():
+                folder.checkpoint(trainer, "best", extra)
+            best = max(best, final_eval)
+            folder.checkpoint(trainer, "latest", extra)
+            folder.close()
+            plot_curve(out / "metrics.jsonl", out / "curve.png")
+    return {"trainer": trainer, "best_return": best, "wall_time": wall,
+            "iterations": trainer.iteration, "out": out}
+
+
+def run(args) -> int:
+    system, preset, cfg, out = resolve(args)
+    print(f"training {system}/{preset} into {out} for "
+          f"{cfg.time_budget:g} s" + (f" or {cfg.iterations} iterations" if cfg.iterations else ""))
+    summary = train(system, preset, cfg, out, resume=args.resume, progress=not args.quiet)
+    print(f"done: {summary['iterations']} iterations in {summary['wall_time']:.1f} s; best "
+          f"evaluation return {summary['best_return']:.1f} ({cfg.eval_episodes} episodes); "
+          f"run folder {out} (evaluate with `grpo-ctrl eval {out}`)")
+    return 0
