@@ -381,26 +381,6 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
 
 
 # =====================================================================
-# Deterministic evaluation on fixed start states (for the best checkpoint).
-# =====================================================================
-@torch.no_grad()
-def evaluate_policy(policy: GaussianPolicy, sim: BatchSim, seed: int) -> float:
-    """Mean episode return of the mean action over ``sim.num_envs`` episodes
-    from the start states ``seed`` draws (the same ones every call)."""
-    obs = sim.reset(seed=seed)
-    total = np.zeros(sim.num_envs)
-    alive = np.ones(sim.num_envs, dtype=bool)
-    for _ in range(sim.spec.max_steps):
-        z = policy.mu(policy.normalise(torch.from_numpy(obs)))
-        obs, r, term, _ = sim.step(policy.u_max * np.tanh(z.numpy()))
-        total += r * alive
-        alive &= ~term
-        if not alive.any():
-            break
-    return float(total.mean())
-
-
-# =====================================================================
 # The trainer.
 # =====================================================================
 class Trainer:
@@ -418,8 +398,7 @@ class Trainer:
                                      cfg.activation, cfg.log_std_init)
         self.opt = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr)
         self.ref = copy.deepcopy(self.policy) if cfg.beta > 0 else None
-        self.eval_sim = BatchSim(system, cfg.eval_episodes, preset=preset)
-        self.eval_seed = 1_000_003 + cfg.seed
+        self.eval_seed = 1_000_003 + cfg.seed  # the same start states at every evaluation
         self.iteration = 0
         self.eps_scale = 1.0
         # the pool starts from resets; prime the normaliser with what they look like
@@ -458,8 +437,11 @@ class Trainer:
                 **stats, "sim_steps": self.rollout.sim_steps,
                 "rollout_s": t1 - t0, "update_s": time.perf_counter() - t1}
 
-    def evaluate(self) -> float:
-        return evaluate_policy(self.policy, self.eval_sim, self.eval_seed)
+    def evaluate(self) -> tuple[float, float]:
+        """(mean return, success rate) of the deterministic policy."""
+        from grpo_ctrl.baselines.evaluate import evaluate
+        ep = evaluate(self.policy.controller(self.spec), self.cfg.eval_episodes, self.eval_seed)
+        return float(ep.returns.mean()), float(ep.success.mean())
 
     # resume support: what beyond the policy a run needs to continue
     def state(self) -> dict:

@@ -204,9 +204,10 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
                                               trainer.iteration < cfg.iterations):
             t0 = time.perf_counter()
             row = trainer.step()
-            row["eval_return"] = None
+            row["eval_return"] = row["eval_success"] = None
             if wall >= next_eval or (cfg.iterations and trainer.iteration >= cfg.iterations):
-                last_eval = row["eval_return"] = trainer.evaluate()
+                last_eval, row["eval_success"] = trainer.evaluate()
+                row["eval_return"] = last_eval
                 next_eval = wall + cfg.eval_every
                 evals_done += 1
             dt = time.perf_counter() - t0
@@ -235,7 +236,7 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
     finally:
         bar.close()
         if folder is not None:
-            final_eval = trainer.evaluate()
+            final_eval, _ = trainer.evaluate()
             extra = {"wall_time": wall, "best_return": max(best, final_eval),
                      "eval_return": final_eval}
             if final_eval > best or not (out / "best.pt").exists():
