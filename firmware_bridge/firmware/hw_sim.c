@@ -1,0 +1,284 @@
+/* The HIL back-end (see hil.h): the csrc/ plant behind fw_hw, paced by the
+ * monotonic clock, with a fault-injecting serial line. */
+#define _POSIX_C_SOURCE 200112L
+#include "hil.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <sys/select.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pendsim.h"
+
+#define TXQ 128  /* device -> host frames waiting for their release time */
+
+typedef struct {
+  uint64_t release_us;
+  uint8_t len, off;
+  uint8_t bytes[PROTO_MAX_WIRE];
+} tx_slot;
+
+struct hil_sim {
+  hil_options o;
+  fw_device dev;
+  ps_model m;
+  ps_data d;
+  double x[PS_MAX_NX], param[PS_MAX_PARAMS];
+  float act_buf[PS_MAX_DELAY];
+  uint64_t rng_key, rng_ctr, rng;
+  int32_t t;
+  int state_index[PROTO_MAX_CHANNELS];  /* plant state component of each channel */
+  double counts_per_rad_or_m[PROTO_MAX_CHANNELS];
+  float u;                              /* actuator value, held between ticks */
+  struct timespec t0;
+  volatile int stop;
+  int fd;
+  tx_slot txq[TXQ];
+  unsigned tx_head, tx_count;
+  uint64_t last_release_us;
+  hil_stats stats;
+};
+
+size_t hil_sizeof(void) { return sizeof(hil_sim); }
+void hil_stop(hil_sim *h) { h->stop = 1; }
+
+static uint64_t now_us(const hil_sim *h)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)(t.tv_sec - h->t0.tv_sec) * 1000000u + (uint64_t)(t.tv_nsec / 1000) -
+         (uint64_t)(h->t0.tv_nsec / 1000);
+}
+
+/* splitmix64: the fault injector's dice */
+static double uniform(hil_sim *h)
+{
+  uint64_t z = (h->rng += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (double)((z ^ (z >> 31)) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Flip a random nonzero pattern into each byte with probability rate. */
+static uint32_t corrupt(hil_sim *h, uint8_t *bytes, size_t n)
+{
+  uint32_t hits = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (uniform(h) < h->o.faults.corrupt_rate) {
+      bytes[i] ^= (uint8_t)(1 + (int)(uniform(h) * 255.0));
+      hits++;
+    }
+  }
+  return hits;
+}
+
+/* ---------------------------------------------------------------- fw_hw */
+static uint64_t hw_micros(void *ctx) { return now_us((hil_sim *)ctx); }
+
+static void hw_read_sensors(void *ctx, int32_t *counts)
+{
+  const hil_sim *h = ctx;
+  for (int c = 0; c < h->dev.cfg.n_channels; ++c)
+    counts[c] = (int32_t)lround(h->x[h->state_index[c]] * h->counts_per_rad_or_m[c]);
+}
+
+static void hw_write_actuator(void *ctx, float u) { ((hil_sim *)ctx)->u = u; }
+
+static void hw_serial_write(void *ctx, const uint8_t *bytes, size_t n)
+{
+  hil_sim *h = ctx;
+  const hil_faults *f = &h->o.faults;
+  if (h->fd < 0) return;
+  if (f->drop_rate > 0 && uniform(h) < f->drop_rate) { h->stats.tx_dropped++; return; }
+  if (h->tx_count == TXQ || n > PROTO_MAX_WIRE) { h->stats.tx_overflow++; return; }
+  tx_slot *s = &h->txq[(h->tx_head + h->tx_count++) % TXQ];
+  memcpy(s->bytes, bytes, n);
+  s->len = (uint8_t)n;
+  s->off = 0;
+  if (f->corrupt_rate > 0) h->stats.tx_corrupted_bytes += corrupt(h, s->bytes, n);
+  double delay = f->latency_us;
+  if (f->spike_rate > 0 && uniform(h) < f->spike_rate) delay += f->spike_us;
+  uint64_t release = now_us(h) + (uint64_t)delay;
+  if (release < h->last_release_us) release = h->last_release_us;  /* a byte stream keeps order */
+  s->release_us = h->last_release_us = release;
+}
+
+/* Write the frames whose time has come, as far as the line takes them. */
+static void flush_tx(hil_sim *h, uint64_t now)
+{
+  while (h->tx_count && h->fd >= 0) {
+    tx_slot *s = &h->txq[h->tx_head];
+    if (s->release_us > now) return;
+    const ssize_t w = write(h->fd, s->bytes + s->off, (size_t)(s->len - s->off));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return;  /* EAGAIN: the reader is behind; try again later */
+    }
+    s->off = (uint8_t)(s->off + w);
+    if (s->off < s->len) return;
+    h->tx_head = (h->tx_head + 1) % TXQ;
+    h->tx_count--;
+  }
+}
+
+/* ---------------------------------------------------------------- set-up */
+int hil_init(hil_sim *h, const hil_options *o)
+{
+  memset(h, 0, sizeof *h);
+  h->o = *o;
+  h->fd = o->fd;
+  h->rng = o->seed ^ 0x5DEECE66Dull;
+  clock_gettime(CLOCK_MONOTONIC, &h->t0);
+  if (ps_model_init(&h->m, o->system, o->preset) != PS_OK)
+    return o->system >= 0 && o->system < PS_NUM_SYSTEMS ? PS_ERR_PRESET : PS_ERR_SYSTEM;
+  /* step the plant once per control tick, no coarser than the preset integrates */
+  const double h_int = h->m.dt / h->m.substeps;
+  if (o->rate_hz > 0) {
+    h->m.dt = 1.0 / o->rate_hz;
+    h->m.substeps = (int)ceil(h->m.dt / h_int - 1e-9);
+    if (h->m.substeps < 1) h->m.substeps = 1;
+  }
+  h->m.max_steps = 0;
+  if (ps_model_check(&h->m) != PS_OK) return PS_ERR_MODEL;
+  h->d.B = 1;
+  h->d.x = h->x;
+  h->d.param = h->param;
+  h->d.act_buf = h->act_buf;
+  h->d.rng_key = &h->rng_key;
+  h->d.rng_ctr = &h->rng_ctr;
+  h->d.t = &h->t;
+  ps_seed(&h->d, &o->seed);
+  ps_reset(&h->m, &h->d, 0, 0);
+  if (o->set_x0)
+    for (int k = 0; k < h->m.nx; ++k) h->x[k] = o->x0[k];
+
+  /* the sensors: encoders on the angles, a linear encoder on a cart */
+  fw_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  static const int CHANNELS[PS_NUM_SYSTEMS][2] = {{0, -1}, {0, 2}, {0, 1}};
+  const double PI = 3.14159265358979323846;
+  for (int c = 0; c < 2 && CHANNELS[o->system][c] >= 0; ++c) {
+    const int k = CHANNELS[o->system][c];
+    const int angle = !(o->system == PS_CARTPOLE && k == 0);
+    const double per_unit = angle ? (h->m.enc_counts[k] > 0 ? h->m.enc_counts[k] : 4096.0)
+                                  : 10000.0;  /* 0.1 mm */
+    h->state_index[c] = k;
+    cfg.counts_per_unit[c] = (float)per_unit;
+    h->counts_per_rad_or_m[c] = angle ? per_unit / (2 * PI) : per_unit;
+    cfg.angle_mask |= (uint8_t)(angle << c);
+    cfg.pos_limit[c] = (float)(o->pos_limit[c] * h->counts_per_rad_or_m[c]);
+    cfg.vel_limit[c] = (float)(o->vel_limit[c] * h->counts_per_rad_or_m[c]);
+    cfg.n_channels = (uint8_t)(c + 1);
+  }
+  cfg.system = (uint8_t)o->system;
+  cfg.device_id = o->device_id;
+  cfg.period_us = (uint32_t)lround(h->m.dt * 1e6);
+  cfg.u_max = (float)h->m.u_max;
+  cfg.watchdog_us = o->watchdog_us;
+  cfg.vel_filter = o->vel_filter;
+  memcpy(cfg.preset, o->preset, PROTO_PRESET_LEN);
+  const fw_hw hw = {h, hw_micros, hw_read_sensors, hw_write_actuator, hw_serial_write};
+  fw_init(&h->dev, &cfg, &hw);
+  h->stats.period_us = cfg.period_us;
+  h->stats.u_max = cfg.u_max;
+  h->stats.n_channels = cfg.n_channels;
+  return PS_OK;
+}
+
+/* ---------------------------------------------------------------- running */
+static void note_mode(hil_sim *h, uint8_t before)
+{
+  if (before != MODE_ARMED && h->dev.mode == MODE_ARMED) h->stats.arms++;
+}
+
+static void receive(hil_sim *h)
+{
+  uint8_t buf[512];
+  for (;;) {
+    const ssize_t n = read(h->fd, buf, sizeof buf);
+    if (n <= 0) return;  /* EAGAIN, or no writer: nothing to do */
+    if (h->o.faults.both_ways && h->o.faults.corrupt_rate > 0)
+      h->stats.rx_corrupted_bytes += corrupt(h, buf, (size_t)n);
+    const uint8_t before = h->dev.mode;
+    fw_receive(&h->dev, buf, (size_t)n);
+    note_mode(h, before);
+  }
+}
+
+static void tick(hil_sim *h, int late)
+{
+  const int held = h->o.hold_until_armed && h->stats.arms == 0;
+  if (!held) {
+    uint8_t terminated, truncated;
+    ps_step(&h->m, &h->d, &h->u, 0, 0, &terminated, &truncated, 0, 0);
+  }
+  h->dev.tick_late = late;
+  h->dev.extra_flags = held ? FLAG_HELD : 0;
+  fw_tick(&h->dev);
+  const size_t i = h->stats.trace_len;
+  if (i < h->o.trace_cap) {
+    if (h->o.trace_t_us) h->o.trace_t_us[i] = h->dev.prev_t_us;
+    if (h->o.trace_x)
+      for (int k = 0; k < 4; ++k) h->o.trace_x[4 * i + k] = k < h->m.nx ? h->x[k] : 0.0;
+    if (h->o.trace_u) h->o.trace_u[i] = h->u;
+    if (h->o.trace_mode) h->o.trace_mode[i] = h->dev.mode;
+    if (h->o.trace_fault) h->o.trace_fault[i] = h->dev.fault;
+    h->stats.trace_len = i + 1;
+  }
+}
+
+void hil_run(hil_sim *h, double duration_s)
+{
+  const uint64_t period = h->dev.cfg.period_us;
+  const uint64_t start = now_us(h);
+  const uint64_t end = duration_s > 0 ? start + (uint64_t)(duration_s * 1e6) : UINT64_MAX;
+  const double disc = h->o.faults.disconnect_after_s;
+  const uint64_t disconnect = disc > 0 ? start + (uint64_t)(disc * 1e6) : UINT64_MAX;
+  uint64_t next = start;
+  h->stop = 0;
+  while (!h->stop) {
+    uint64_t now = now_us(h);
+    if (now >= end) break;
+    if (now >= disconnect && h->fd >= 0) {
+      close(h->fd);
+      h->fd = -1;
+      h->stats.disconnected = 1;
+    }
+    flush_tx(h, now);
+    if (now >= next) {
+      const int late = now >= next + period;
+      tick(h, late);
+      next += period;
+      if (now >= next + 10 * period) next = now + period;  /* stalled: start afresh */
+      continue;
+    }
+    uint64_t wake = next;
+    if (h->tx_count && h->fd >= 0 && h->txq[h->tx_head].release_us < wake)
+      wake = h->txq[h->tx_head].release_us > now ? h->txq[h->tx_head].release_us : now + 50;
+    const uint64_t wait = wake - now;
+    struct timespec ts = {(time_t)(wait / 1000000u), (long)(wait % 1000000u) * 1000L};
+    fd_set readable;
+    FD_ZERO(&readable);
+    if (h->fd >= 0) FD_SET(h->fd, &readable);
+    const int r = pselect(h->fd >= 0 ? h->fd + 1 : 0, &readable, 0, 0, &ts, 0);
+    if (r > 0 && h->fd >= 0 && FD_ISSET(h->fd, &readable)) receive(h);
+  }
+  h->stats.t_us = now_us(h);
+}
+
+void hil_get_stats(const hil_sim *h, hil_stats *s)
+{
+  *s = h->stats;
+  s->ticks = h->dev.ticks;
+  s->late_ticks = h->dev.late_ticks;
+  s->mode = h->dev.mode;
+  s->fault = h->dev.fault;
+  s->rx_frames = h->dev.rx.frames;
+  s->rx_crc_errors = h->dev.rx.crc_errors;
+  s->rx_bad_frames = h->dev.rx.bad_frames;
+  s->watchdog_trips = h->dev.watchdog_trips;
+  s->stale_ticks = h->dev.stale_ticks;
+  s->tx_frames = h->dev.tx_frames;
+}

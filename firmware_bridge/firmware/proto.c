@@ -1,0 +1,337 @@
+/* The protocol codec: CRC, COBS, framing and the fixed payload layouts. */
+#include "proto.h"
+
+#include <string.h>
+
+/* ---------------------------------------------------------------- CRC-32
+ * CRC-32/ISO-HDLC (zlib, Ethernet): reflected polynomial 0xEDB88320, initial
+ * and final XOR 0xFFFFFFFF. Bitwise, four bits at a time through a 16-entry
+ * table: small enough for any board, fast enough for 1 kHz. */
+static const uint32_t CRC_NIBBLE[16] = {
+    0x00000000u, 0x1DB71064u, 0x3B6E20C8u, 0x26D930ACu, 0x76DC4190u, 0x6B6B51F4u,
+    0x4DB26158u, 0x5005713Cu, 0xEDB88320u, 0xF00F9344u, 0xD6D6A3E8u, 0xCB61B38Cu,
+    0x9B64C2B0u, 0x86D3D2D4u, 0xA00AE278u, 0xBDBDF21Cu};
+
+uint32_t proto_crc32(const uint8_t *data, size_t n)
+{
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) {
+    crc ^= data[i];
+    crc = (crc >> 4) ^ CRC_NIBBLE[crc & 15u];
+    crc = (crc >> 4) ^ CRC_NIBBLE[crc & 15u];
+  }
+  return crc ^ 0xFFFFFFFFu;
+}
+
+/* ---------------------------------------------------------------- COBS */
+size_t proto_cobs_encode(const uint8_t *in, size_t n, uint8_t *out)
+{
+  size_t code_at = 0, o = 1;
+  uint8_t code = 1;
+  for (size_t i = 0; i < n; ++i) {
+    if (in[i] == 0) {
+      out[code_at] = code;
+      code_at = o++;
+      code = 1;
+    } else {
+      out[o++] = in[i];
+      if (++code == 0xFF) {
+        out[code_at] = code;
+        code_at = o++;
+        code = 1;
+      }
+    }
+  }
+  out[code_at] = code;
+  return o;
+}
+
+int proto_cobs_decode(const uint8_t *in, size_t n, uint8_t *out, size_t cap)
+{
+  size_t i = 0, o = 0;
+  while (i < n) {
+    const uint8_t code = in[i++];
+    if (code == 0) return -1;
+    for (uint8_t k = 1; k < code; ++k) {
+      if (i >= n || in[i] == 0 || o >= cap) return -1;
+      out[o++] = in[i++];
+    }
+    if (code != 0xFF && i < n) {
+      if (o >= cap) return -1;
+      out[o++] = 0;
+    }
+  }
+  return (int)o;
+}
+
+/* ---------------------------------------------------------------- little-endian */
+static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void put_u32(uint8_t *p, uint32_t v)
+{
+  for (int k = 0; k < 4; ++k) p[k] = (uint8_t)(v >> (8 * k));
+}
+static void put_u64(uint8_t *p, uint64_t v)
+{
+  for (int k = 0; k < 8; ++k) p[k] = (uint8_t)(v >> (8 * k));
+}
+static void put_f32(uint8_t *p, float f)
+{
+  uint32_t v;
+  memcpy(&v, &f, 4);
+  put_u32(p, v);
+}
+static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static uint32_t get_u32(const uint8_t *p)
+{
+  return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static uint64_t get_u64(const uint8_t *p)
+{
+  return (uint64_t)get_u32(p) | ((uint64_t)get_u32(p + 4) << 32);
+}
+static float get_f32(const uint8_t *p)
+{
+  const uint32_t v = get_u32(p);
+  float f;
+  memcpy(&f, &v, 4);
+  return f;
+}
+
+/* ---------------------------------------------------------------- frames */
+size_t proto_encode(const proto_frame *f, uint8_t *out)
+{
+  uint8_t raw[PROTO_MAX_RAW];
+  if (f->len > PROTO_MAX_PAYLOAD) return 0;
+  raw[0] = PROTO_VERSION;
+  raw[1] = f->type;
+  put_u32(raw + 2, f->seq);
+  memcpy(raw + PROTO_HEADER_LEN, f->payload, f->len);
+  const size_t n = PROTO_HEADER_LEN + f->len;
+  put_u32(raw + n, proto_crc32(raw, n));
+  const size_t w = proto_cobs_encode(raw, n + PROTO_CRC_LEN, out);
+  out[w] = 0;
+  return w + 1;
+}
+
+int proto_expected_len(uint8_t type, const uint8_t *payload, uint8_t len)
+{
+  switch (type) {
+  case MSG_HELLO: return 1;
+  case MSG_ARM: case MSG_DISARM: case MSG_HEARTBEAT: return 0;
+  case MSG_COMMAND: return PROTO_COMMAND_LEN;
+  case MSG_PARAM_GET: return 2;
+  case MSG_PARAM_SET: return PROTO_PARAM_SET_LEN;
+  case MSG_STATE: {
+    if (len < PROTO_STATE_FIXED_LEN) return -1;
+    const uint8_t n = payload[23];
+    if (n > PROTO_MAX_CHANNELS) return -1;
+    return PROTO_STATE_FIXED_LEN + 8 * n;
+  }
+  case MSG_INFO: return PROTO_INFO_LEN;
+  case MSG_ACK: return PROTO_ACK_LEN;
+  case MSG_STATUS: case MSG_FAULT: return PROTO_STATUS_LEN;
+  case MSG_PARAM: return PROTO_PARAM_LEN;
+  default: return -1;
+  }
+}
+
+void proto_decoder_init(proto_decoder *d) { memset(d, 0, sizeof *d); }
+
+int proto_decoder_push(proto_decoder *d, uint8_t byte, proto_frame *out)
+{
+  if (byte != 0) {
+    if (d->n < sizeof d->buf) d->buf[d->n++] = byte;
+    else d->overflow = 1;
+    return 0;
+  }
+  /* a delimiter: judge what came since the last one */
+  const size_t n = d->n;
+  const int overflow = d->overflow;
+  d->n = 0;
+  d->overflow = 0;
+  if (n == 0) return 0;            /* back-to-back delimiters: nothing lost */
+  if (overflow) { d->overflows++; return 0; }
+  uint8_t raw[PROTO_MAX_RAW];
+  const int r = proto_cobs_decode(d->buf, n, raw, sizeof raw);
+  if (r < PROTO_HEADER_LEN + PROTO_CRC_LEN) { d->bad_frames++; return 0; }
+  const size_t body = (size_t)r - PROTO_CRC_LEN;
+  if (proto_crc32(raw, body) != get_u32(raw + body)) { d->crc_errors++; return 0; }
+  const uint8_t len = (uint8_t)(body - PROTO_HEADER_LEN);
+  if (raw[0] != PROTO_VERSION ||
+      proto_expected_len(raw[1], raw + PROTO_HEADER_LEN, len) != (int)len) {
+    d->bad_frames++;
+    return 0;
+  }
+  out->type = raw[1];
+  out->seq = get_u32(raw + 2);
+  out->len = len;
+  memcpy(out->payload, raw + PROTO_HEADER_LEN, len);
+  d->frames++;
+  return 1;
+}
+
+/* ---------------------------------------------------------------- layouts */
+uint8_t proto_pack_state(const proto_state *s, uint8_t *p)
+{
+  const uint8_t n = s->n > PROTO_MAX_CHANNELS ? PROTO_MAX_CHANNELS : s->n;
+  put_u64(p, s->t_us);
+  put_u32(p + 8, s->cmd_seq);
+  put_u32(p + 12, s->latency_us);
+  put_f32(p + 16, s->actuator);
+  p[20] = s->mode;
+  p[21] = s->fault;
+  p[22] = s->flags;
+  p[23] = n;
+  for (uint8_t c = 0; c < n; ++c) {
+    put_u32(p + 24 + 8 * c, (uint32_t)s->pos[c]);
+    put_u32(p + 28 + 8 * c, (uint32_t)s->vel[c]);
+  }
+  return (uint8_t)(PROTO_STATE_FIXED_LEN + 8 * n);
+}
+
+int proto_unpack_state(const uint8_t *p, uint8_t len, proto_state *s)
+{
+  if (proto_expected_len(MSG_STATE, p, len) != (int)len) return -1;
+  memset(s, 0, sizeof *s);
+  s->t_us = get_u64(p);
+  s->cmd_seq = get_u32(p + 8);
+  s->latency_us = get_u32(p + 12);
+  s->actuator = get_f32(p + 16);
+  s->mode = p[20];
+  s->fault = p[21];
+  s->flags = p[22];
+  s->n = p[23];
+  for (uint8_t c = 0; c < s->n; ++c) {
+    s->pos[c] = (int32_t)get_u32(p + 24 + 8 * c);
+    s->vel[c] = (int32_t)get_u32(p + 28 + 8 * c);
+  }
+  return 0;
+}
+
+uint8_t proto_pack_command(const proto_command *c, uint8_t *p)
+{
+  put_f32(p, c->u);
+  put_u32(p + 4, c->state_seq);
+  return PROTO_COMMAND_LEN;
+}
+
+int proto_unpack_command(const uint8_t *p, uint8_t len, proto_command *c)
+{
+  if (len != PROTO_COMMAND_LEN) return -1;
+  c->u = get_f32(p);
+  c->state_seq = get_u32(p + 4);
+  return 0;
+}
+
+uint8_t proto_pack_info(const proto_info *i, uint8_t *p)
+{
+  p[0] = i->protocol_version;
+  p[1] = i->system;
+  p[2] = i->n_channels;
+  p[3] = i->angle_mask;
+  put_u32(p + 4, i->device_id);
+  put_u32(p + 8, i->period_us);
+  put_f32(p + 12, i->u_max);
+  for (int c = 0; c < PROTO_MAX_CHANNELS; ++c) put_f32(p + 16 + 4 * c, i->counts_per_unit[c]);
+  put_u32(p + 32, i->watchdog_us);
+  memcpy(p + 36, i->preset, PROTO_PRESET_LEN);
+  put_u16(p + 52, i->firmware_version);
+  return PROTO_INFO_LEN;
+}
+
+int proto_unpack_info(const uint8_t *p, uint8_t len, proto_info *i)
+{
+  if (len != PROTO_INFO_LEN) return -1;
+  i->protocol_version = p[0];
+  i->system = p[1];
+  i->n_channels = p[2];
+  i->angle_mask = p[3];
+  i->device_id = get_u32(p + 4);
+  i->period_us = get_u32(p + 8);
+  i->u_max = get_f32(p + 12);
+  for (int c = 0; c < PROTO_MAX_CHANNELS; ++c) i->counts_per_unit[c] = get_f32(p + 16 + 4 * c);
+  i->watchdog_us = get_u32(p + 32);
+  memcpy(i->preset, p + 36, PROTO_PRESET_LEN);
+  i->firmware_version = get_u16(p + 52);
+  return 0;
+}
+
+uint8_t proto_pack_ack(const proto_ack *a, uint8_t *p)
+{
+  p[0] = a->acked_type;
+  put_u32(p + 1, a->acked_seq);
+  p[5] = a->result;
+  p[6] = a->mode;
+  return PROTO_ACK_LEN;
+}
+
+int proto_unpack_ack(const uint8_t *p, uint8_t len, proto_ack *a)
+{
+  if (len != PROTO_ACK_LEN) return -1;
+  a->acked_type = p[0];
+  a->acked_seq = get_u32(p + 1);
+  a->result = p[5];
+  a->mode = p[6];
+  return 0;
+}
+
+uint8_t proto_pack_status(const proto_status *s, uint8_t *p)
+{
+  p[0] = s->mode;
+  p[1] = s->fault;
+  put_u64(p + 2, s->t_us);
+  put_u64(p + 10, s->last_cmd_t_us);
+  const uint32_t counters[8] = {s->rx_frames, s->rx_crc_errors, s->rx_bad_frames, s->rx_overflows,
+                                s->tx_frames, s->watchdog_trips, s->stale_ticks, s->late_ticks};
+  for (int k = 0; k < 8; ++k) put_u32(p + 18 + 4 * k, counters[k]);
+  return PROTO_STATUS_LEN;
+}
+
+int proto_unpack_status(const uint8_t *p, uint8_t len, proto_status *s)
+{
+  if (len != PROTO_STATUS_LEN) return -1;
+  s->mode = p[0];
+  s->fault = p[1];
+  s->t_us = get_u64(p + 2);
+  s->last_cmd_t_us = get_u64(p + 10);
+  uint32_t *counters[8] = {&s->rx_frames, &s->rx_crc_errors, &s->rx_bad_frames, &s->rx_overflows,
+                           &s->tx_frames, &s->watchdog_trips, &s->stale_ticks, &s->late_ticks};
+  for (int k = 0; k < 8; ++k) *counters[k] = get_u32(p + 18 + 4 * k);
+  return 0;
+}
+
+uint8_t proto_pack_param(const proto_param *q, uint8_t *p)
+{
+  put_u16(p, q->id);
+  p[2] = q->result;
+  put_f32(p + 3, q->value);
+  return PROTO_PARAM_LEN;
+}
+
+int proto_unpack_param(const uint8_t *p, uint8_t len, proto_param *q)
+{
+  if (len != PROTO_PARAM_LEN) return -1;
+  q->id = get_u16(p);
+  q->result = p[2];
+  q->value = get_f32(p + 3);
+  return 0;
+}
+
+uint8_t proto_pack_param_request(uint8_t type, const proto_param *q, uint8_t *p)
+{
+  put_u16(p, q->id);
+  if (type != MSG_PARAM_SET) return 2;
+  put_f32(p + 2, q->value);
+  return PROTO_PARAM_SET_LEN;
+}
+
+int proto_unpack_param_request(uint8_t type, const uint8_t *p, uint8_t len, proto_param *q)
+{
+  if (proto_expected_len(type, p, len) != (int)len ||
+      (type != MSG_PARAM_GET && type != MSG_PARAM_SET))
+    return -1;
+  q->id = get_u16(p);
+  q->result = 0;
+  q->value = type == MSG_PARAM_SET ? get_f32(p + 2) : 0.0f;
+  return 0;
+}

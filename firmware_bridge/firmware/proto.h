@@ -1,0 +1,180 @@
+/*
+ * The grpo-ctrl serial protocol, version 1 (specified in ../PROTOCOL.md).
+ *
+ * A frame is   version u8 | type u8 | seq u32 | payload | crc32 u32
+ * (little-endian; CRC-32/ISO-HDLC, as zlib's crc32, over everything before
+ * it), COBS-encoded and followed by one 0x00 delimiter. Each sender numbers
+ * every frame it sends, so the receiver can count lost frames.
+ *
+ * C99, no allocation, no stdio: the same file builds for a board and the host.
+ */
+#ifndef GRPO_PROTO_H
+#define GRPO_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTO_VERSION 1
+#define PROTO_MAX_CHANNELS 4
+#define PROTO_MAX_PAYLOAD 64
+#define PROTO_HEADER_LEN 6
+#define PROTO_CRC_LEN 4
+#define PROTO_MAX_RAW (PROTO_HEADER_LEN + PROTO_MAX_PAYLOAD + PROTO_CRC_LEN)
+/* COBS adds one byte per 254 (at most) plus one; then the delimiter */
+#define PROTO_MAX_WIRE (PROTO_MAX_RAW + PROTO_MAX_RAW / 254 + 2)
+#define PROTO_PRESET_LEN 16
+
+/* Message types: host -> device below 0x80, device -> host from 0x80. */
+enum {
+  MSG_HELLO = 0x01,      /* u8 protocol version of the host */
+  MSG_ARM = 0x02,        /* empty */
+  MSG_DISARM = 0x03,     /* empty; also clears a fault */
+  MSG_COMMAND = 0x04,    /* f32 actuator, u32 seq of the state it answers */
+  MSG_HEARTBEAT = 0x05,  /* empty; answered by STATUS */
+  MSG_PARAM_GET = 0x06,  /* u16 id */
+  MSG_PARAM_SET = 0x07,  /* u16 id, f32 value */
+  MSG_STATE = 0x80,      /* streamed once per control period */
+  MSG_INFO = 0x81,       /* answer to HELLO */
+  MSG_ACK = 0x82,        /* answer to ARM and DISARM */
+  MSG_STATUS = 0x83,     /* answer to HEARTBEAT */
+  MSG_FAULT = 0x84,      /* sent unprompted on entering the fault mode */
+  MSG_PARAM = 0x86       /* answer to PARAM_GET and PARAM_SET */
+};
+
+/* Device modes, faults, STATE flags, ACK and PARAM results. */
+enum { MODE_DISARMED = 0, MODE_ARMED = 1, MODE_FAULT = 2 };
+enum {
+  FAULT_NONE = 0,
+  FAULT_WATCHDOG = 1,        /* no valid command for watchdog_us while armed */
+  FAULT_POSITION_LIMIT = 2,  /* |position| beyond its limit while armed */
+  FAULT_VELOCITY_LIMIT = 3,  /* |velocity| beyond its limit while armed */
+  FAULT_BAD_COMMAND = 4      /* a NaN or infinite command */
+};
+enum {
+  FLAG_FRESH = 1,    /* the command in effect answers the previous STATE */
+  FLAG_CLAMPED = 2,  /* the command in effect was clamped to the limit */
+  FLAG_LATE = 4,     /* this tick started more than a period late */
+  FLAG_HELD = 8      /* HIL only: the plant is held at its start state */
+};
+enum { RESULT_OK = 0, RESULT_FAULT_ACTIVE = 1, RESULT_LIMITS = 2, RESULT_BAD_REQUEST = 3,
+       RESULT_UNKNOWN_PARAM = 4, RESULT_READ_ONLY = 5, RESULT_OUT_OF_RANGE = 6,
+       RESULT_BUSY = 7 };
+
+/* Parameters (PARAM_GET / PARAM_SET), all carried as f32. */
+enum {
+  PARAM_WATCHDOG_US = 0,   /* rw while disarmed, >= one control period */
+  PARAM_U_LIMIT = 1,       /* rw, command clamp, 0 < v <= hardware u_max */
+  PARAM_POS_LIMIT0 = 2,    /* rw while disarmed, counts, 0 = none; +c for channel c */
+  PARAM_VEL_LIMIT0 = 6,    /* rw while disarmed, counts/s, 0 = none; +c for channel c */
+  PARAM_VEL_FILTER = 10,   /* rw, velocity low-pass coefficient in (0, 1] */
+  PARAM_PERIOD_US = 11,    /* read-only */
+  PARAM_DEVICE_ID = 12,    /* read-only */
+  PARAM_COUNT = 13
+};
+
+typedef struct {
+  uint8_t type;
+  uint32_t seq;
+  uint8_t len;                          /* payload length */
+  uint8_t payload[PROTO_MAX_PAYLOAD];
+} proto_frame;
+
+typedef struct {
+  uint64_t t_us;          /* device clock at the tick */
+  uint32_t cmd_seq;       /* host seq of the command in effect */
+  uint32_t latency_us;    /* that command: its state's tick to its arrival;
+                             0xFFFFFFFF unknown */
+  float actuator;         /* value written to the actuator this tick */
+  uint8_t mode, fault, flags, n;
+  int32_t pos[PROTO_MAX_CHANNELS];  /* counts, zero at upright / centre */
+  int32_t vel[PROTO_MAX_CHANNELS];  /* counts per second, device estimate */
+} proto_state;
+
+typedef struct {
+  float u;
+  uint32_t state_seq;
+} proto_command;
+
+typedef struct {
+  uint8_t protocol_version, system, n_channels, angle_mask;
+  uint32_t device_id, period_us;
+  float u_max;
+  float counts_per_unit[PROTO_MAX_CHANNELS];  /* per revolution or per metre */
+  uint32_t watchdog_us;
+  char preset[PROTO_PRESET_LEN];              /* NUL-padded */
+  uint16_t firmware_version;
+} proto_info;
+
+typedef struct {
+  uint8_t acked_type;
+  uint32_t acked_seq;
+  uint8_t result, mode;
+} proto_ack;
+
+typedef struct {
+  uint8_t mode, fault;
+  uint64_t t_us, last_cmd_t_us;
+  uint32_t rx_frames, rx_crc_errors, rx_bad_frames, rx_overflows;
+  uint32_t tx_frames, watchdog_trips, stale_ticks, late_ticks;
+} proto_status;
+
+typedef struct {
+  uint16_t id;
+  uint8_t result;
+  float value;
+} proto_param;
+
+/* Payload lengths (STATE: STATE_FIXED_LEN + 8 n). */
+#define PROTO_STATE_FIXED_LEN 24
+#define PROTO_COMMAND_LEN 8
+#define PROTO_INFO_LEN 54
+#define PROTO_ACK_LEN 7
+#define PROTO_STATUS_LEN 50
+#define PROTO_PARAM_LEN 7
+#define PROTO_PARAM_SET_LEN 6
+
+uint32_t proto_crc32(const uint8_t *data, size_t n);
+/* COBS without the delimiter. encode returns the output length; decode
+ * returns it too, or -1 if the input is not valid COBS or exceeds cap. */
+size_t proto_cobs_encode(const uint8_t *in, size_t n, uint8_t *out);
+int proto_cobs_decode(const uint8_t *in, size_t n, uint8_t *out, size_t cap);
+
+/* Whole frame to wire bytes (COBS + 0x00); out needs PROTO_MAX_WIRE bytes.
+ * Returns the byte count, 0 if the payload is too long. */
+size_t proto_encode(const proto_frame *f, uint8_t *out);
+/* The payload length a message of this type must have (STATE: given its n
+ * byte), or -1 for an unknown type or bad n. */
+int proto_expected_len(uint8_t type, const uint8_t *payload, uint8_t len);
+
+/* Stream decoder: feed bytes one at a time; garbage is skipped up to the
+ * next 0x00 and counted. */
+typedef struct {
+  uint8_t buf[PROTO_MAX_WIRE];
+  size_t n;
+  int overflow;
+  uint32_t frames, crc_errors, bad_frames, overflows;
+} proto_decoder;
+
+void proto_decoder_init(proto_decoder *d);
+/* Returns 1 when byte completes a valid frame, written to *out; else 0. */
+int proto_decoder_push(proto_decoder *d, uint8_t byte, proto_frame *out);
+
+/* Fixed layouts. pack returns the payload length; unpack returns 0 on
+ * success, -1 if the length is wrong. */
+uint8_t proto_pack_state(const proto_state *s, uint8_t *p);
+int proto_unpack_state(const uint8_t *p, uint8_t len, proto_state *s);
+uint8_t proto_pack_command(const proto_command *c, uint8_t *p);
+int proto_unpack_command(const uint8_t *p, uint8_t len, proto_command *c);
+uint8_t proto_pack_info(const proto_info *i, uint8_t *p);
+int proto_unpack_info(const uint8_t *p, uint8_t len, proto_info *i);
+uint8_t proto_pack_ack(const proto_ack *a, uint8_t *p);
+int proto_unpack_ack(const uint8_t *p, uint8_t len, proto_ack *a);
+uint8_t proto_pack_status(const proto_status *s, uint8_t *p);
+int proto_unpack_status(const uint8_t *p, uint8_t len, proto_status *s);
+uint8_t proto_pack_param(const proto_param *q, uint8_t *p);
+int proto_unpack_param(const uint8_t *p, uint8_t len, proto_param *q);
+/* PARAM_GET (id) and PARAM_SET (id, value) requests; result is left 0. */
+uint8_t proto_pack_param_request(uint8_t type, const proto_param *q, uint8_t *p);
+int proto_unpack_param_request(uint8_t type, const uint8_t *p, uint8_t len, proto_param *q);
+
+#endif /* GRPO_PROTO_H */
