@@ -1,0 +1,57 @@
+"""``grpo-ctrl bench NAME [ARGS...]``: run ``benchmarks/bench_NAME.py``.
+
+The benchmarks live in the source tree next to the package (they are not
+installed), so this works from a clone installed with ``pip install -e .``.
+Arguments after NAME go to the benchmark unchanged
+(``grpo-ctrl bench sim --quick --json out.json``).
+"""
+from __future__ import annotations
+
+import argparse
+import runpy
+import sys
+from pathlib import Path
+
+import grpo_ctrl
+from grpo_ctrl.errors import UserError
+
+BENCHMARKS_DIR = Path(grpo_ctrl.__file__).resolve().parent.parent / "benchmarks"
+
+
+def available() -> list[str]:
+    """Names of the benchmarks found in the source tree (bench_NAME.py -> NAME)."""
+    if not BENCHMARKS_DIR.is_dir():
+        return []
+    return sorted(p.stem.removeprefix("bench_") for p in BENCHMARKS_DIR.glob("bench_*.py"))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    names = available()
+    parser.epilog = ("available: " + ", ".join(names)) if names else (
+        f"no benchmarks found in {BENCHMARKS_DIR}")
+    parser.add_argument("name", help="which benchmark: runs benchmarks/bench_NAME.py")
+    parser.add_argument("args", nargs=argparse.REMAINDER,
+                        help="arguments for the benchmark (see grpo-ctrl bench NAME --help)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not BENCHMARKS_DIR.is_dir():
+        raise UserError(f"no benchmarks folder at {BENCHMARKS_DIR}: the benchmarks ship with the "
+                        "source tree, not the installed package; run from a clone installed "
+                        "with pip install -e .")
+    names = available()
+    if args.name not in names:
+        raise UserError(f"unknown benchmark {args.name!r}; available: {', '.join(names) or 'none'}")
+    script = BENCHMARKS_DIR / f"bench_{args.name}.py"
+    saved_argv = sys.argv
+    sys.argv = [str(script), *args.args]  # the script parses its own arguments
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as e:  # scripts end with sys.exit(main()); argparse exits too
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
+    finally:
+        sys.argv = saved_argv
+    return 0
