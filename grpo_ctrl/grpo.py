@@ -87,12 +87,13 @@ CHOICES = {"continuation": ("greedy", "softmax", "random", "policy"),
 SYSTEM_DEFAULTS = {
     ("pendulum", "gym"): {},
     ("pendulum", "rig"): {"horizon": 400, "loss_steps": 200, "gamma": 0.995, "time_budget": 300.0,
-                          "num_starts": 32, "group_size": 8},
-    ("cartpole", "gym"): {"horizon": 128, "loss_steps": 64, "gamma": 0.99, "time_budget": 60.0},
+                          "eval_every": 20.0, "eval_episodes": 50},
+    ("cartpole", "gym"): {"horizon": 128, "loss_steps": 64, "gamma": 0.99, "time_budget": 60.0,
+                          "eval_every": 5.0},
     ("cartpole", "swingup"): {"horizon": 160, "loss_steps": 80, "gamma": 0.99,
-                              "time_budget": 300.0},
+                              "time_budget": 300.0, "eval_every": 10.0, "eval_episodes": 50},
     ("furuta", "qube-servo2"): {"horizon": 600, "loss_steps": 300, "gamma": 0.998,
-                                "time_budget": 600.0},
+                                "time_budget": 600.0, "eval_every": 30.0, "eval_episodes": 50},
 }
 
 

@@ -62,7 +62,7 @@ class RunningNorm:
     def __init__(self, n: int):
         self.mean = torch.zeros(n, dtype=torch.float64)
         self.var = torch.ones(n, dtype=torch.float64)
-        self.count = 1e-4
+        self.count = 0.0
 
     def update(self, x: torch.Tensor) -> None:
         x = x.reshape(-1, self.mean.numel()).double()

@@ -1,0 +1,196 @@
+"""The mathematics of grpo_ctrl.grpo and grpo_ctrl.policy against hand-computed
+cases, analytic formulas and numerical differentiation."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from grpo_ctrl.grpo import (adapt_clip, aggregate_loss, choose_continuation, clip_fractions,
+                            clipped_surrogate, discounted_returns, gaussian_kl, group_advantages,
+                            k3_kl, zero_spread_fraction)
+from grpo_ctrl.policy import RunningNorm, gaussian_log_prob, squashed_log_prob
+
+torch.set_num_threads(1)
+
+
+# ------------------------------------------------------------------ advantages
+def test_design_guide_example_without_scaling():
+    adv = group_advantages(np.array([[10.0, 5.0, 2.0]]), "none")
+    np.testing.assert_allclose(adv[0], [4.33, -0.67, -3.67], atol=0.005)
+    assert abs(adv.sum()) < 1e-12  # centred: the group mean is the baseline
+
+
+def test_group_std_scaling_divides_by_the_sample_std_of_each_group():
+    rewards = np.array([[10.0, 5.0, 2.0], [1.0, 2.0, 3.0]])
+    adv = group_advantages(rewards, "group")
+    # group 1: mean 17/3, sample std sqrt(((13/3)^2 + (2/3)^2 + (11/3)^2) / 2) = 4.0415
+    np.testing.assert_allclose(adv[0], np.array([13, -2, -11]) / 3 / 4.041452, rtol=1e-5)
+    # group 2: mean 2, sample std 1
+    np.testing.assert_allclose(adv[1], [-1.0, 0.0, 1.0], rtol=1e-6)
+    # scaling a group's rewards does not change its advantages
+    np.testing.assert_allclose(group_advantages(rewards * 100 + 7, "group"), adv, rtol=1e-6)
+
+
+def test_batch_scaling_uses_one_std_for_the_whole_batch():
+    rewards = np.array([[10.0, 5.0, 2.0], [1.0, 2.0, 3.0]])
+    s = np.std([10, 5, 2, 1, 2, 3], ddof=1)
+    np.testing.assert_allclose(group_advantages(rewards, "batch"),
+                               group_advantages(rewards, "none") / s, rtol=1e-6)
+
+
+def test_equal_rewards_give_zero_advantage_and_count_as_zero_spread():
+    rewards = np.array([[3.0, 3.0, 3.0, 3.0], [1.0, 2.0, 3.0, 4.0]])
+    adv = group_advantages(rewards, "group")
+    assert np.all(adv[0] == 0) and np.all(np.isfinite(adv))
+    assert zero_spread_fraction(rewards) == 0.5
+
+
+def test_per_step_normalisation_is_across_the_group_at_each_time_step():
+    rng = np.random.default_rng(0)
+    rtg = rng.normal(size=(3, 5, 7)) * np.arange(1, 8)  # (groups, G, steps), spread grows with t
+    adv = group_advantages(rtg, "group")
+    for t in range(7):
+        np.testing.assert_allclose(adv[:, :, t], group_advantages(rtg[:, :, t], "group"))
+    np.testing.assert_allclose(adv.mean(axis=1), 0, atol=1e-12)
+    np.testing.assert_allclose(adv.std(axis=1, ddof=1), 1, rtol=1e-6)
+
+
+def test_discounted_returns_by_hand():
+    np.testing.assert_allclose(discounted_returns(np.array([[1.0, 1.0, 1.0]]), 0.5),
+                               [[1.75, 1.5, 1.0]])
+    np.testing.assert_allclose(discounted_returns(np.array([2.0, 0.0, 4.0]), 0.9),
+                               [2 + 0.81 * 4, 0.9 * 4, 4.0])
+
+
+# ------------------------------------------------------------------ KL
+def test_k3_is_zero_at_equal_policies_and_positive_elsewhere():
+    logp = torch.tensor([-1.0, -0.3, -2.5, 0.4])
+    assert torch.all(k3_kl(logp, logp) == 0)
+    for shift in (-2.0, -0.1, 0.05, 1.5):
+        assert torch.all(k3_kl(logp, logp + shift) > 0)
+
+
+def test_k3_averages_to_the_exact_gaussian_kl():
+    # samples from pi = N(0.3, 1.0); pi_ref = N(-0.2, 0.8): E_pi[k3] = KL(pi || pi_ref)
+    g = torch.Generator().manual_seed(1)
+    mu, ls, mu_r, ls_r = 0.3, 0.0, -0.2, math.log(0.8)
+    z = mu + torch.randn(400_000, generator=g, dtype=torch.float64)
+    lp = gaussian_log_prob(z, torch.tensor(mu), torch.tensor(ls))
+    lp_ref = gaussian_log_prob(z, torch.tensor(mu_r), torch.tensor(ls_r))
+    exact = math.log(0.8 / 1.0) + (1.0 ** 2 + 0.5 ** 2) / (2 * 0.8 ** 2) - 0.5
+    assert float(gaussian_kl(torch.tensor(mu), torch.tensor(ls), torch.tensor(mu_r),
+                             torch.tensor(ls_r))) == pytest.approx(exact, rel=1e-6)
+    assert float(k3_kl(lp, lp_ref).mean()) == pytest.approx(exact, rel=0.02)
+
+
+# ------------------------------------------------------------------ the clipped objective
+def test_at_ratio_one_the_gradient_is_the_group_baseline_policy_gradient():
+    # a policy whose mean is one parameter w, so d log pi / dw = (z - w) / sigma^2 by hand
+    rewards = np.array([[10.0, 5.0, 2.0], [0.0, 1.0, 4.0]])
+    adv = torch.tensor(group_advantages(rewards, "none").reshape(6, 1), dtype=torch.float64)
+    z = torch.tensor([[0.5], [-0.2], [1.3], [0.1], [-0.9], [0.7]], dtype=torch.float64)
+    sigma, w0 = 0.6, 0.25
+    w = torch.tensor(w0, dtype=torch.float64, requires_grad=True)
+    logp = gaussian_log_prob(z, w, torch.tensor(math.log(sigma), dtype=torch.float64))
+    ratio = torch.exp(logp - logp.detach())  # pi_old = pi
+    loss = aggregate_loss(-clipped_surrogate(ratio, adv, 0.2, 0.28), torch.ones_like(z),
+                          "token", 1)
+    loss.backward()
+    # REINFORCE with the group mean as baseline: -mean_i (R_i - mean(G)) (z_i - w) / sigma^2
+    hand = -np.mean(group_advantages(rewards, "none").reshape(6) *
+                    (z.numpy().reshape(6) - w0) / sigma ** 2)
+    assert float(w.grad) == pytest.approx(hand, rel=1e-12)
+
+
+@pytest.mark.parametrize("adv, ratio, has_gradient", [
+    # positive advantage: clipped (no gradient) only above 1 + eps_high
+    (2.0, 1.10, True), (2.0, 1.27, True), (2.0, 1.29, False), (2.0, 3.0, False),
+    (2.0, 0.5, True),
+    # negative advantage: clipped only below 1 - eps_low
+    (-2.0, 0.81, True), (-2.0, 0.79, False), (-2.0, 0.1, False), (-2.0, 1.5, True),
+])
+def test_clipping_stops_the_gradient_exactly_where_it_should(adv, ratio, has_gradient):
+    r = torch.tensor([ratio], requires_grad=True)
+    clipped_surrogate(r, torch.tensor([adv]), eps_low=0.2, eps_high=0.28).sum().backward()
+    assert float(r.grad) == (adv if has_gradient else 0.0)
+
+
+def test_sign_aware_clip_fractions_count_the_clipped_steps():
+    ratio = torch.tensor([1.5, 1.5, 0.5, 0.5, 1.0, 1.5])
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, 1.0])
+    mask = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0, 0.0])  # the last step is not in the loss
+    low, high = clip_fractions(ratio, adv, mask, eps_low=0.2, eps_high=0.28)
+    assert (low, high) == (pytest.approx(1 / 5), pytest.approx(1 / 5))
+
+
+def test_loss_aggregations_by_hand():
+    per_step = torch.tensor([[1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]])
+    assert float(aggregate_loss(per_step, mask, "token", 4)) == pytest.approx(40 / 6)
+    assert float(aggregate_loss(per_step, mask, "grpo", 4)) == pytest.approx((2.5 + 15) / 2)
+    assert float(aggregate_loss(per_step, mask, "dr_grpo", 4)) == pytest.approx(40 / 8)
+
+
+# ------------------------------------------------------------------ squashed Gaussian
+@pytest.mark.parametrize("mu, sigma, u_max", [(0.0, 1.0, 2.0), (0.7, 0.3, 2.0),
+                                              (-1.2, 0.8, 10.0), (2.5, 0.5, 0.15)])
+def test_squashed_log_prob_is_the_derivative_of_the_cdf(mu, sigma, u_max):
+    # P(a <= y) = Phi((atanh(y / u_max) - mu) / sigma); its numerical derivative is the density
+    def cdf(y):
+        return 0.5 * (1 + math.erf((math.atanh(y / u_max) - mu) / (sigma * math.sqrt(2))))
+
+    for frac in (-0.95, -0.5, 0.0, 0.3, 0.9, 0.99):
+        y = frac * u_max
+        h = 1e-6 * u_max
+        numeric = (cdf(y + h) - cdf(y - h)) / (2 * h)
+        z = torch.tensor(math.atanh(frac), dtype=torch.float64)
+        lp = squashed_log_prob(z, torch.tensor(mu, dtype=torch.float64),
+                               torch.tensor(math.log(sigma), dtype=torch.float64), u_max)
+        # (far in a tail the CDF difference loses digits: hence the absolute tolerance)
+        assert math.exp(float(lp)) == pytest.approx(numeric, rel=1e-5, abs=1e-9 / u_max)
+
+
+def test_squashed_density_integrates_to_one_and_is_stable_far_out():
+    u_max, mu, ls = 2.0, 0.4, math.log(0.7)
+    z = torch.linspace(-12, 12, 200_001, dtype=torch.float64)
+    a = u_max * torch.tanh(z)
+    dens = torch.exp(squashed_log_prob(z, torch.tensor(mu), torch.tensor(ls), u_max))
+    assert float(torch.trapezoid(dens, a)) == pytest.approx(1.0, abs=1e-4)
+    far = squashed_log_prob(torch.tensor([40.0, -40.0]), torch.tensor(0.0), torch.tensor(0.0), 1.0)
+    assert torch.all(torch.isfinite(far))
+
+
+# ------------------------------------------------------------------ continuation, trust region
+def test_continuation_rules():
+    rng = np.random.default_rng(0)
+    returns = np.array([[1.0, 5.0, 2.0], [9.0, -1.0, 0.0]])
+    np.testing.assert_array_equal(choose_continuation(returns, "greedy", rng), [1, 0])
+    np.testing.assert_array_equal(choose_continuation(returns, "policy", rng), [0, 0])
+    np.testing.assert_array_equal(choose_continuation(returns, "softmax", rng, 1e-3), [1, 0])
+    picks = np.stack([choose_continuation(returns, "random", rng) for _ in range(3000)])
+    assert set(np.unique(picks)) == {0, 1, 2}
+    np.testing.assert_allclose(np.bincount(picks.ravel(), minlength=3) / picks.size, 1 / 3,
+                               atol=0.02)
+    # a hot softmax is near uniform, a warm one prefers the best branch
+    hot = np.stack([choose_continuation(returns, "softmax", rng, 1e3) for _ in range(3000)])
+    assert abs(np.mean(hot[:, 0] == 1) - 1 / 3) < 0.03
+    warm = np.stack([choose_continuation(returns, "softmax", rng, 1.0) for _ in range(3000)])
+    assert np.mean(warm[:, 0] == 1) > 0.5
+
+
+def test_adaptive_clip_narrows_on_large_kl_and_widens_on_small():
+    assert adapt_clip(1.0, kl=0.05, target=0.01) < 1.0
+    assert adapt_clip(1.0, kl=0.001, target=0.01) > 1.0
+    assert adapt_clip(1.0, kl=0.01, target=0.01) == 1.0
+
+
+def test_running_norm_matches_numpy_over_all_batches():
+    rng = np.random.default_rng(3)
+    batches = [rng.normal(loc=[1, -2, 5], scale=[0.1, 3, 10], size=(n, 3)) for n in (7, 100, 33)]
+    norm = RunningNorm(3)
+    for b in batches:
+        norm.update(torch.from_numpy(b))
+    allx = np.concatenate(batches)
+    np.testing.assert_allclose(norm.mean.numpy(), allx.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(norm.var.numpy(), allx.var(0), rtol=1e-4)
