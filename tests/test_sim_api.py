@@ -1,5 +1,8 @@
 """The batched API: branching, delay, sensors, autoreset, rollout, and errors
 that leave the state untouched."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -171,6 +174,17 @@ def test_sensor_noise_has_the_requested_spread_and_leaves_the_state_alone():
     assert np.mean(obs[:, 2]) == pytest.approx(1.0, abs=0.01)
     assert np.std(obs[:, 2]) == pytest.approx(0.3, rel=0.03)
     np.testing.assert_array_equal(sim.get_state()["x"][:, 1], 1.0)
+
+
+def test_reseed_takes_the_seeds_seed_takes():
+    """Any Python int seeds: seed(s) gives environment b the seed s + b
+    (mod 2**64), and reseed of one environment with that seed is the same stream."""
+    for s in (0, 12345, -5, 2**64 + 7):
+        whole = BatchSim("pendulum", 2, seed=s)
+        one = BatchSim("pendulum", 2, seed=99)
+        one.reseed([1], [s + 1])
+        np.testing.assert_array_equal(one.get_state()["rng_key"][1], whole.get_state()["rng_key"][1])
+        np.testing.assert_array_equal(one.get_state()["rng_ctr"][1], 0)
 
 
 def test_seed_reproduces_and_different_seeds_differ():
@@ -390,3 +404,28 @@ def test_branch_and_copy_errors():
     with pytest.raises(ValueError, match="differ in length"):
         sim.copy_envs([0, 1], BatchSim("pendulum", 2, preset="rig"), [0])
     assert_same_state(sim.get_state(), before)
+
+
+def test_dynamics_and_energy_reject_an_environment_out_of_range():
+    """The C side reads that environment's parameters: an index out of range
+    must be refused in Python, not read out of bounds (run apart, as a bad read
+    can crash the interpreter)."""
+    code = """
+import numpy as np
+from grpo_ctrl.sim import BatchSim
+sim = BatchSim("pendulum", 2, preset="gym")
+x = np.array([0.1, 0.0])
+for call in (lambda: sim.dynamics(x, 0.0, env=2), lambda: sim.dynamics(x, 0.0, env=-1),
+             lambda: sim.dynamics(x, 0.0, env=10**6), lambda: sim.energy(x, env=2),
+             lambda: sim.energy(x, env=-1), lambda: sim.energy(env=-1)):
+    try:
+        call()
+    except ValueError as e:
+        assert "env" in str(e), e
+    else:
+        raise SystemExit("no ValueError")
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", (
+        f"exit status {result.returncode}: {result.stdout}{result.stderr[-2000:]}")
