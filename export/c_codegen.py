@@ -60,6 +60,12 @@ _BINARY = {
 _MOVES = {"Slice", "Gather", "Transpose", "Expand", "Tile"}
 # same elements, new shape: the output shares its input's storage
 _ALIASES = {"Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"}
+# reduction -> (how two partial results combine, what happens to the total of n)
+_REDUCTIONS = {
+    "ReduceSum": ("({a} + {b})", "{acc}"), "ReduceMean": ("({a} + {b})", "{acc} / {n}.0f"),
+    "ReduceMax": ("fmaxf({a}, {b})", "{acc}"), "ReduceMin": ("fminf({a}, {b})", "{acc}"),
+    "ReduceProd": ("({a} * {b})", "{acc}"),
+}
 _FOLDED_ONLY = {"Shape", "Size", "ConstantOfShape", "Range"}  # must reduce to constants
 _LIBM_CALL = re.compile(r"\b([a-z0-9]+f)\(")
 _FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.BOOL}
@@ -155,6 +161,16 @@ class _Emitter:
                                f"{{{_wrap(body)}}};")
             self.const_names[name] = cname
         return self.const_names[name]
+
+    def index_table(self, what: str, indices: np.ndarray) -> str:
+        """C name of a ``static const unsigned short`` table of element numbers."""
+        cname = f"k{len(self.const_names)}"
+        self.const_names[(what, cname)] = cname
+        self.const_bytes += 2 * indices.size
+        body = ", ".join(str(int(v)) for v in indices)
+        self.consts.append(f"/* element numbers for {what} */\nstatic const unsigned short "
+                           f"{cname}[{indices.size}] = {{{_wrap(body)}}};")
+        return cname
 
 
 def _wrap(body: str, width: int = 96) -> str:
@@ -282,7 +298,9 @@ def generate_c(model: onnx.ModelProto, name: str = "policy") -> CSource:
 def _allocate(steps, tensors: dict, in_name: str, out_name: str) -> int:
     """Offsets into one scratch array: a value's storage is live from the node
     that writes it to the last node that reads it (or any alias of it);
-    values whose lives overlap get disjoint ranges (first fit)."""
+    values whose lives overlap get disjoint ranges. Largest first, each at
+    the lowest offset that fits (the greedy-by-size placement of TFLite's
+    arena planner): small values then fill the gaps between large ones."""
     start, end, size = {}, {}, {}
     for t, node in enumerate(steps):
         for i in node.input:
@@ -294,7 +312,7 @@ def _allocate(steps, tensors: dict, in_name: str, out_name: str) -> int:
     end[tensors[out_name].root] = len(steps)
     placed: list[tuple[int, int, int, int]] = []  # (offset, size, start, end)
     offsets = {}
-    for root in sorted(start, key=lambda r: (start[r], -size[r])):
+    for root in sorted(start, key=lambda r: (-size[r], start[r])):
         if root == "obs":
             continue
         busy = sorted((o, s) for o, s, a, b in placed if a <= end[root] and start[root] <= b)
@@ -433,13 +451,15 @@ def _emit_node(node: onnx.NodeProto, tensors, consts, em: _Emitter) -> None:
         _emit_matmul(node, attrs, tensors, consts, em, out)
     elif op in _MOVES or op == "Concat":
         _emit_move(node, tensors, consts, em, out)
+    elif op in _REDUCTIONS:
+        _emit_reduce(node, attrs, tensors, consts, em, out)
     else:
         raise UserError(f"op {op} ({node.name}) is not supported by the C generator; supported: "
                         f"{', '.join(sorted(supported_ops()))}")
 
 
 def supported_ops() -> set[str]:
-    return (set(_UNARY) | set(_BINARY) | _MOVES | _ALIASES | _FOLDED_ONLY |
+    return (set(_UNARY) | set(_BINARY) | _MOVES | _ALIASES | _FOLDED_ONLY | set(_REDUCTIONS) |
             {"Cast", "LeakyRelu", "Elu", "Selu", "HardSigmoid", "Sum", "Mean", "Mod", "Where",
              "Clip", "Gemm", "MatMul", "Concat", "Constant"})
 
@@ -496,6 +516,65 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
     em.lines.append(loop_j)
 
 
+def _emit_reduce(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> None:
+    """Each output element folds its inputs in index order: one loop per
+    output row when the reduced elements lie at a fixed stride."""
+    src = tensors[node.input[0]]
+    rank = len(src.shape)
+    axes = attrs.get("axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        if node.input[1] not in consts:
+            raise UserError(f"{node.op_type} ({node.name}) has axes that depend on the "
+                            "observation; the C generator needs them constant")
+        axes = np.asarray(consts[node.input[1]]).reshape(-1).tolist()
+    if not axes:
+        axes = [] if attrs.get("noop_with_empty_axes", 0) else list(range(rank))
+    axes = sorted(int(a) % rank for a in axes)
+    kept = [d for d in range(rank) if d not in axes]
+    numbers = np.arange(src.size()).reshape(src.shape).transpose(kept + axes)
+    rows = numbers.reshape(out.size(), -1)  # rows[r]: source elements of output r
+    combine, finish = _REDUCTIONS[node.op_type]
+    n = rows.shape[1]
+    step = np.diff(rows, axis=1)
+    row_step = np.diff(rows[:, 0])
+    em.n_ops += 1
+    if (n == 1 or np.all(step == step[0, 0])) and (len(rows) == 1 or
+                                                   np.all(row_step == row_step[0])):
+        k_step = int(step[0, 0]) if n > 1 else 0
+        r_step = int(row_step[0]) if len(rows) > 1 else 0
+        first = int(rows[0, 0])
+        r = "r" if len(rows) > 1 else "0"
+        start = _affine(first, r, r_step)
+        k_term = _affine(0, "k", k_step)
+        body = f"float acc = {_at(src, start)};\n"
+        if n > 1:
+            at_k = _at(src, k_term if start == "0" else f"{start} + {k_term}")
+            body += f"for (int k = 1; k < {n}; ++k) acc = {combine.format(a='acc', b=at_k)};\n"
+        body += f"{_at(out, r)} = {finish.format(acc='acc', n=n)};"
+        body = "\n".join("    " + line for line in body.splitlines())
+        if len(rows) > 1:
+            em.lines.append(f"  for (int r = 0; r < {len(rows)}; ++r) {{\n{body}\n  }}")
+        else:
+            em.lines.append("  {\n" + body + "\n  }")
+        return
+    if n > 64:
+        raise UserError(f"{node.op_type} ({node.name}) folds {n} irregularly placed elements per "
+                        "output; the C generator unrolls at most 64")
+    for o, row in enumerate(rows):
+        expr = _at(src, str(int(row[0])))
+        for k in row[1:]:
+            expr = combine.format(a=expr, b=_at(src, str(int(k))))
+        em.lines.append(f"  {_at(out, str(o))} = {finish.format(acc=expr, n=n)};")
+
+
+def _affine(base: int, var: str, scale: int) -> str:
+    """C text of base + var * scale, simplified."""
+    if var == "0" or scale == 0:
+        return str(base)
+    term = var if scale == 1 else f"{var} * {scale}"
+    return term if base == 0 else f"{base} + {term}"
+
+
 def _emit_move(node, tensors, consts, em: _Emitter, out: _Tensor) -> None:
     """Data movement as copies: the source of every output element is found by
     running the node on element numbers instead of values."""
@@ -524,6 +603,13 @@ def _emit_move(node, tensors, consts, em: _Emitter, out: _Tensor) -> None:
             runs[-1][3] += 1
         else:
             runs.append([o, src, s, 1])
+    if len(runs) > 16 and len(sources) == 1 and sources[0] not in consts and len(where) < 65536:
+        # scattered copies: one loop over a table of source element numbers
+        table = em.index_table(f"{node.op_type} {node.name}", where)
+        em.n_ops += 1
+        em.lines.append(f"  for (int i = 0; i < {len(where)}; ++i) "
+                        f"{_at(out, 'i')} = {_at(tensors[sources[0]], f'{table}[i]')};")
+        return
     for o, src, s, length in runs:
         if src in consts:
             arr = np.asarray(consts[src], np.float32).reshape(-1)

@@ -1,0 +1,96 @@
+"""``grpo-ctrl export``: a controller to a verified ONNX file and/or C source.
+
+    grpo-ctrl export runs/pendulum-rig --onnx policy.onnx --c firmware/
+    grpo-ctrl export --controller swingup-lqr --system pendulum --preset rig --onnx lqr.onnx
+
+Nothing is written unless the ONNX graph matches the controller (and the C,
+when a host compiler is there to build it, matches the ONNX graph).
+"""
+from __future__ import annotations
+
+import pickle
+import zipfile
+
+from export.c_codegen import generate_c, write_c
+from export.files import atomic_write
+from export.onnx_export import export_onnx, source_of
+from export.verify import TOLERANCE, operating_observations
+from grpo_ctrl.controller import BASELINES, load_controller
+from grpo_ctrl.errors import UserError
+
+# what torch.load and friends raise for a damaged checkpoint
+_LOAD_ERRORS = (RuntimeError, EOFError, KeyError, OSError, pickle.UnpicklingError,
+                zipfile.BadZipFile, ValueError, TypeError)
+
+
+def add_source_arguments(p) -> None:
+    """RUN or --controller/--system/--preset: the controller to export or check."""
+    p.add_argument("run", nargs="?", metavar="RUN",
+                   help="a training run folder or a checkpoint file")
+    p.add_argument("--controller", choices=BASELINES,
+                   help="a baseline controller instead of a trained run")
+    p.add_argument("--system", help="plant of the baseline: pendulum, cartpole or furuta")
+    p.add_argument("--preset", help="parameter preset of the plant (default: its first)")
+
+
+def controller_from_args(args, system: str | None = None, preset: str | None = None):
+    """``(controller, name)`` for RUN or --controller; ``system``/``preset`` fill
+    in what the command line leaves out."""
+    if (args.run is None) == (args.controller is None):
+        raise UserError("name exactly one controller: a RUN folder/checkpoint, or "
+                        f"--controller {'|'.join(BASELINES)} with --system")
+    if args.run is not None:
+        if args.system or args.preset:
+            raise UserError("--system and --preset go with --controller; a trained RUN knows "
+                            "its plant")
+        name = args.run
+    else:
+        name = args.controller
+    try:
+        controller = load_controller(name, args.system or system, args.preset or preset)
+    except UserError:
+        raise
+    except _LOAD_ERRORS as e:
+        raise UserError(f"cannot load a controller from {name!r} ({type(e).__name__}: {e}); "
+                        "is it a complete run folder or checkpoint?") from None
+    return controller, name
+
+
+def add_arguments(p) -> None:
+    add_source_arguments(p)
+    p.add_argument("--onnx", metavar="FILE", help="write the ONNX controller here")
+    p.add_argument("--c", metavar="OUTDIR", help="write NAME.c and NAME.h into this folder")
+    p.add_argument("--c-name", default="policy",
+                   help="C file and function prefix: NAME_step() (default: policy)")
+
+
+def run(args) -> int:
+    if args.onnx is None and args.c is None:
+        raise UserError("say where to write: --onnx FILE and/or --c OUTDIR")
+    controller, name = controller_from_args(args)
+    source, sha = source_of(controller, name)
+    model, result = export_onnx(controller, None, source, sha)
+    spec = controller.spec
+    print(f"{spec.system}/{spec.preset} controller from {source}")
+    print(f"ONNX vs torch: {result.summary()}")
+    c_src = None
+    if args.c is not None:
+        from export.c_build import check_c, host_cc
+
+        c_src = generate_c(model, args.c_name)
+        if host_cc():
+            obs = operating_observations(spec.system, spec.preset)
+            err = check_c(c_src, model, obs)
+            if not err <= TOLERANCE:
+                raise UserError(f"the generated C differs from onnxruntime by {err:.3g} "
+                                f"(> {TOLERANCE:g}); nothing was written")
+            print(f"C vs onnxruntime: max |difference| = {err:.3g} over {len(obs)} observations")
+        else:
+            print("C vs onnxruntime: not checked (no host C compiler)")
+    if args.onnx is not None:
+        atomic_write(args.onnx, model.SerializeToString())
+        print(f"wrote {args.onnx}")
+    if c_src is not None:
+        write_c(model, args.c, args.c_name)
+        print(f"wrote {args.c}/{args.c_name}.c and {args.c_name}.h: {c_src.size.summary()}")
+    return 0
