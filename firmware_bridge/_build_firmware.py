@@ -66,13 +66,13 @@ typedef struct {
 typedef struct {
   int system; char preset[16]; double rate_hz; int set_x0; double x0[4];
   int hold_until_armed; uint64_t seed; uint32_t device_id; uint32_t watchdog_us;
-  float pos_limit[4]; float vel_limit[4]; float vel_filter; hil_faults faults; int fd;
+  float pos_limit[4]; float vel_limit[4]; float vel_cutoff_hz; hil_faults faults; int fd; int realtime;
   size_t trace_cap; uint64_t *trace_t_us; double *trace_x; float *trace_u;
   uint8_t *trace_mode, *trace_fault;
 } hil_options;
 typedef struct {
   uint64_t t_us, ticks, late_ticks, arms;
-  uint8_t mode, fault, disconnected, n_channels;
+  uint8_t mode, fault, disconnected, n_channels, realtime;
   uint32_t rx_frames, rx_crc_errors, rx_bad_frames, watchdog_trips, stale_ticks;
   uint32_t tx_frames, tx_dropped, tx_corrupted_bytes, tx_overflow, rx_corrupted_bytes;
   uint32_t period_us; float u_max; size_t trace_len;

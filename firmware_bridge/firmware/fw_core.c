@@ -17,7 +17,7 @@ void fw_init(fw_device *d, const fw_config *cfg, const fw_hw *hw)
   d->cfg = *cfg;
   if (d->cfg.n_channels > PROTO_MAX_CHANNELS) d->cfg.n_channels = PROTO_MAX_CHANNELS;
   d->cfg.watchdog_us = watchdog_us(d);
-  if (!(d->cfg.vel_filter > 0.0f && d->cfg.vel_filter <= 1.0f)) d->cfg.vel_filter = 1.0f;
+  if (!(d->cfg.vel_cutoff_hz >= 0.0f)) d->cfg.vel_cutoff_hz = 0.0f;
   d->hw = *hw;
   proto_decoder_init(&d->rx);
   d->mode = MODE_DISARMED;
@@ -123,7 +123,7 @@ static uint8_t param_get(const fw_device *d, uint16_t id, float *value)
     *value = d->cfg.pos_limit[id - PARAM_POS_LIMIT0];
   else if (id >= PARAM_VEL_LIMIT0 && id < PARAM_VEL_LIMIT0 + PROTO_MAX_CHANNELS)
     *value = d->cfg.vel_limit[id - PARAM_VEL_LIMIT0];
-  else if (id == PARAM_VEL_FILTER) *value = d->cfg.vel_filter;
+  else if (id == PARAM_VEL_CUTOFF_HZ) *value = d->cfg.vel_cutoff_hz;
   else if (id == PARAM_PERIOD_US) *value = (float)d->cfg.period_us;
   else if (id == PARAM_DEVICE_ID) *value = (float)d->cfg.device_id;
   else return RESULT_UNKNOWN_PARAM;
@@ -141,9 +141,9 @@ static uint8_t param_set(fw_device *d, uint16_t id, float v)
     d->u_limit = v;
     return RESULT_OK;
   }
-  if (id == PARAM_VEL_FILTER) {
-    if (!(v > 0 && v <= 1)) return RESULT_OUT_OF_RANGE;
-    d->cfg.vel_filter = v;
+  if (id == PARAM_VEL_CUTOFF_HZ) {
+    if (!(v >= 0 && v <= 1e5f)) return RESULT_OUT_OF_RANGE;
+    d->cfg.vel_cutoff_hz = v;
     return RESULT_OK;
   }
   if (d->mode == MODE_ARMED) return RESULT_BUSY;  /* safety settings: disarmed only */
@@ -243,10 +243,14 @@ void fw_tick(fw_device *d)
   int32_t counts[PROTO_MAX_CHANNELS] = {0};
   d->hw.read_sensors(d->hw.ctx, counts);
   if (d->have_prev && now > d->prev_t_us) {
+    /* finite difference through a first-order low-pass: one count per
+     * period is a large velocity step, the filter smooths it */
     const float dt = (float)(now - d->prev_t_us) * 1e-6f;
+    const float fc = d->cfg.vel_cutoff_hz;
+    const float alpha = fc > 0 ? 1.0f - expf(-6.2831853f * fc * dt) : 1.0f;
     for (int c = 0; c < d->cfg.n_channels; ++c) {
       const float raw = (float)(counts[c] - d->prev_counts[c]) / dt;
-      d->vel[c] += d->cfg.vel_filter * (raw - d->vel[c]);
+      d->vel[c] += alpha * (raw - d->vel[c]);
     }
   }
   memcpy(d->prev_counts, counts, sizeof counts);

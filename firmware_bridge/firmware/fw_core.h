@@ -34,7 +34,7 @@ typedef struct {
   uint32_t watchdog_us;      /* 0: two control periods */
   float pos_limit[PROTO_MAX_CHANNELS];        /* counts, 0 = none */
   float vel_limit[PROTO_MAX_CHANNELS];        /* counts/s, 0 = none */
-  float vel_filter;          /* low-pass coefficient in (0, 1]; 0: 1 (none) */
+  float vel_cutoff_hz;       /* first-order low-pass on the velocity, 0 = none */
   char preset[PROTO_PRESET_LEN];
 } fw_config;
 

@@ -35,9 +35,10 @@ typedef struct {
   uint32_t watchdog_us;       /* 0 = two control periods */
   float pos_limit[PROTO_MAX_CHANNELS];  /* physical units (rad or m), 0 = none */
   float vel_limit[PROTO_MAX_CHANNELS];  /* per second, 0 = none */
-  float vel_filter;           /* 0 = none */
+  float vel_cutoff_hz;        /* velocity low-pass cutoff, 0 = none */
   hil_faults faults;
   int fd;                     /* non-blocking, raw; closed by the HIL on disconnect */
+  int realtime;               /* try SCHED_FIFO for the loop's thread (best effort) */
   /* per-tick trace, caller-owned, may be NULL; t_us and x [cap * 4] */
   size_t trace_cap;
   uint64_t *trace_t_us;
@@ -48,7 +49,7 @@ typedef struct {
 
 typedef struct {
   uint64_t t_us, ticks, late_ticks, arms;
-  uint8_t mode, fault, disconnected, n_channels;
+  uint8_t mode, fault, disconnected, n_channels, realtime;
   uint32_t rx_frames, rx_crc_errors, rx_bad_frames, watchdog_trips, stale_ticks;
   uint32_t tx_frames, tx_dropped, tx_corrupted_bytes, tx_overflow, rx_corrupted_bytes;
   uint32_t period_us;

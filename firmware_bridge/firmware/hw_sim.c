@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/select.h>
 #include <time.h>
@@ -177,7 +179,7 @@ int hil_init(hil_sim *h, const hil_options *o)
   cfg.period_us = (uint32_t)lround(h->m.dt * 1e6);
   cfg.u_max = (float)h->m.u_max;
   cfg.watchdog_us = o->watchdog_us;
-  cfg.vel_filter = o->vel_filter;
+  cfg.vel_cutoff_hz = o->vel_cutoff_hz;
   memcpy(cfg.preset, o->preset, PROTO_PRESET_LEN);
   const fw_hw hw = {h, hw_micros, hw_read_sensors, hw_write_actuator, hw_serial_write};
   fw_init(&h->dev, &cfg, &hw);
@@ -238,6 +240,12 @@ void hil_run(hil_sim *h, double duration_s)
   const uint64_t disconnect = disc > 0 ? start + (uint64_t)(disc * 1e6) : UINT64_MAX;
   uint64_t next = start;
   h->stop = 0;
+  if (h->o.realtime) {  /* a real-time priority keeps the ticks on time on a busy host */
+    struct sched_param sp;
+    memset(&sp, 0, sizeof sp);
+    sp.sched_priority = 10;
+    h->stats.realtime = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0;
+  }
   while (!h->stop) {
     uint64_t now = now_us(h);
     if (now >= end) break;
@@ -248,21 +256,31 @@ void hil_run(hil_sim *h, double duration_s)
     }
     flush_tx(h, now);
     if (now >= next) {
+      /* what arrived while we slept late is not the host's fault: read it first */
+      if (h->fd >= 0) receive(h);
       const int late = now >= next + period;
       tick(h, late);
       next += period;
       if (now >= next + 10 * period) next = now + period;  /* stalled: start afresh */
       continue;
     }
+    /* sleep until the next tick, a frame's release time, input, or room to
+     * write a frame that is due (the reader was behind) */
     uint64_t wake = next;
-    if (h->tx_count && h->fd >= 0 && h->txq[h->tx_head].release_us < wake)
-      wake = h->txq[h->tx_head].release_us > now ? h->txq[h->tx_head].release_us : now + 50;
+    int blocked = 0;
+    if (h->tx_count && h->fd >= 0) {
+      const uint64_t release = h->txq[h->tx_head].release_us;
+      if (release > now && release < wake) wake = release;
+      blocked = release <= now;
+    }
     const uint64_t wait = wake - now;
     struct timespec ts = {(time_t)(wait / 1000000u), (long)(wait % 1000000u) * 1000L};
-    fd_set readable;
+    fd_set readable, writable;
     FD_ZERO(&readable);
+    FD_ZERO(&writable);
     if (h->fd >= 0) FD_SET(h->fd, &readable);
-    const int r = pselect(h->fd >= 0 ? h->fd + 1 : 0, &readable, 0, 0, &ts, 0);
+    if (blocked) FD_SET(h->fd, &writable);
+    const int r = pselect(h->fd >= 0 ? h->fd + 1 : 0, &readable, &writable, 0, &ts, 0);
     if (r > 0 && h->fd >= 0 && FD_ISSET(h->fd, &readable)) receive(h);
   }
   h->stats.t_us = now_us(h);

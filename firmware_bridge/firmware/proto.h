@@ -66,7 +66,7 @@ enum {
   PARAM_U_LIMIT = 1,       /* rw, command clamp, 0 < v <= hardware u_max */
   PARAM_POS_LIMIT0 = 2,    /* rw while disarmed, counts, 0 = none; +c for channel c */
   PARAM_VEL_LIMIT0 = 6,    /* rw while disarmed, counts/s, 0 = none; +c for channel c */
-  PARAM_VEL_FILTER = 10,   /* rw, velocity low-pass coefficient in (0, 1] */
+  PARAM_VEL_CUTOFF_HZ = 10,  /* rw, velocity low-pass cutoff, 0 = none */
   PARAM_PERIOD_US = 11,    /* read-only */
   PARAM_DEVICE_ID = 12,    /* read-only */
   PARAM_COUNT = 13
