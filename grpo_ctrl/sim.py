@@ -30,7 +30,8 @@ _SCALAR_FIELDS = {"dt": float, "substeps": int, "u_max": float, "v_max": float,
 _VECTOR_FIELDS = ("noise_std", "enc_counts", "w_x", "term_limit", "x0_low", "x0_high")
 
 _ERRORS = {
-    lib.PS_ERR_NONFINITE: "an action is NaN or infinite; the state was not changed",
+    lib.PS_ERR_NONFINITE: ("an action is NaN or infinite (or too large for float32); "
+                           "the state was not changed"),
     lib.PS_ERR_INDEX: "an environment index is out of range",
     lib.PS_ERR_MODEL: "a model field is out of range",
 }
@@ -215,7 +216,7 @@ class BatchSim:
         """Give the listed environments new RNG streams (e.g. branches whose
         sensor noise should differ)."""
         idx = _check_indices(indices, self.num_envs, "indices")
-        seeds = np.asarray(seeds, dtype=np.uint64).reshape(-1)
+        seeds = np.array([int(s) % 2**64 for s in np.ravel(seeds)], dtype=np.uint64)
         if seeds.shape != idx.shape:
             raise ValueError(f"need one seed per index, got {seeds.size} for {idx.size}")
         keys, ctrs = self._rng_key.copy(), self._rng_ctr.copy()
@@ -228,7 +229,8 @@ class BatchSim:
 
     def reset(self, mask=None, seed: int | None = None) -> np.ndarray:
         """Reset all environments (or those where ``mask`` is true) to draws
-        from the preset's start distribution; returns the observation."""
+        from the preset's start distribution; returns the observation of all
+        (a fresh sensor reading, noise included, for every environment)."""
         if seed is not None:
             self.seed(seed)
         if mask is None:
@@ -388,6 +390,7 @@ class BatchSim:
         if out is None:
             out = BatchSim(self.system, n, preset=self.preset, autoreset=self.autoreset)
             out._model[0] = self._model[0]
+            out.spec = self.spec
         elif out.num_envs != n:
             raise ValueError(f"out has {out.num_envs} environments; branching {idx.size} "
                              f"into groups of {group_size} needs {n}")
@@ -395,8 +398,13 @@ class BatchSim:
         return out
 
     # ------------------------------------------------------------------ physics
+    def _check_env(self, env) -> None:
+        if not isinstance(env, (int, np.integer)) or not 0 <= env < self.num_envs:
+            raise ValueError(f"env must be an integer in [0, {self.num_envs}), got {env!r}")
+
     def dynamics(self, x, u: float, env: int = 0) -> np.ndarray:
         """Continuous-time xdot = f(x, u) with environment ``env``'s parameters."""
+        self._check_env(env)
         x = np.ascontiguousarray(x, dtype=float)
         if x.shape != (self._x.shape[0],):
             raise ValueError(f"x must have shape ({self._x.shape[0]},), got {x.shape}")
@@ -407,6 +415,7 @@ class BatchSim:
 
     def energy(self, x=None, env: int = 0) -> float:
         """Mechanical energy (J) of state ``x`` (default: environment ``env``'s)."""
+        self._check_env(env)
         x = self._x[:, env].copy() if x is None else np.ascontiguousarray(x, dtype=float)
         return float(lib.ps_energy(self._model, self._data, int(env),
                                    ffi.from_buffer("double[]", x)))
