@@ -1,0 +1,97 @@
+"""``grpo-ctrl demo``: the whole chain in one command.
+
+Train (or, with ``--quick``, take the swing-up-plus-LQR baseline), export to a
+verified ONNX file, serve the HIL pendulum on a pseudo-terminal, run the
+controller closed-loop through the real serial path, then print the loop's
+summary and write the plots. Everything lands in one folder.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from grpo_ctrl.errors import UserError
+
+DEFAULT_SYSTEM, DEFAULT_PRESET = "pendulum", "gym"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true",
+                   help="skip training: use the swing-up-plus-LQR baseline")
+    p.add_argument("--system", default=DEFAULT_SYSTEM, help="plant (default: %(default)s)")
+    p.add_argument("--preset", default=DEFAULT_PRESET, help="preset (default: %(default)s)")
+    p.add_argument("--budget", type=float, default=15.0,
+                   help="training time budget in seconds (default: %(default)s)")
+    p.add_argument("--duration", type=float, default=8.0,
+                   help="seconds of closed-loop control on the HIL pendulum (default: %(default)s)")
+    p.add_argument("--out", default=None,
+                   help="output folder (default: runs/demo-<system>-<preset>-<time>)")
+    p.add_argument("--seed", type=int, default=0, help="training seed (default: %(default)s)")
+
+
+def _controller(args, out: Path):
+    from grpo_ctrl.controller import load_controller
+    if args.quick:
+        print(f"[1/4] controller: swing-up-plus-LQR baseline for {args.system}/{args.preset}")
+        return load_controller("swingup-lqr", args.system, args.preset)
+    from grpo_ctrl.grpo import default_config
+    from grpo_ctrl.train import train
+    cfg = default_config(args.system, args.preset)
+    cfg.time_budget, cfg.seed = args.budget, args.seed
+    run_dir = out / "run"
+    print(f"[1/4] training {args.system}/{args.preset} with GRPO for {args.budget:g} s "
+          f"into {run_dir}")
+    summary = train(args.system, args.preset, cfg, run_dir)
+    print(f"      best evaluation return {summary['best_return']:.1f} after "
+          f"{summary['iterations']} iterations")
+    return load_controller(str(run_dir))
+
+
+def run(args) -> int:
+    from export.onnx_export import export_onnx
+    from firmware_bridge.hil import serve_hil
+    from firmware_bridge.host import format_summary, run_loop
+
+    if not args.budget > 0 or not args.duration > 0:
+        raise UserError("--budget and --duration must be positive numbers of seconds")
+    out = Path(args.out or f"runs/demo-{args.system}-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create the output folder {str(out)!r}: {e.strerror}") from None
+
+    controller = _controller(args, out)
+    onnx_path = out / "policy.onnx"
+    name = "swingup-lqr" if args.quick else str(out / "run")
+    _, check = export_onnx(controller, onnx_path, source=name)
+    print(f"[2/4] exported {onnx_path} (onnxruntime vs torch on {check.samples} observations: "
+          f"max abs error {check.max_abs_error:.2g})")
+
+    # start hanging at rest, so the controller has to swing the pendulum up
+    with serve_hil(system=args.system, preset=args.preset, angle0=math.pi,
+                   hold_until_armed=True) as hil:
+        print(f"[3/4] HIL {args.system}/{args.preset} pendulum serving on {hil.port}")
+        print(f"[4/4] running the controller over serial for {args.duration:g} s")
+        summary = run_loop(hil.port, onnx_path, args.duration, log=out / "telemetry.csv",
+                           plot=out / "loop.png")
+        trace = hil.trace()
+    angle = _final_angle(args.system, trace["x"])
+    print("\n" + format_summary(summary))
+    if angle is not None:
+        print(f"pendulum at the end: {angle:+.3f} rad from upright "
+              f"({'upright' if abs(angle) < 0.2 else 'NOT upright'})")
+    print(f"policy: {onnx_path}")
+    return 0 if summary["ended"] == "completed" else 1
+
+
+def _final_angle(system: str, x: np.ndarray) -> float | None:
+    """The pendulum's angle from upright at the end of the HIL trace."""
+    if len(x) == 0:
+        return None
+    column = {"pendulum": 0, "cartpole": 2, "furuta": 1}[system]
+    a = float(x[-1, column])
+    return math.remainder(a, 2 * math.pi)
