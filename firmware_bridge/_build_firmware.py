@@ -9,11 +9,11 @@ the back-end drives through ``csrc/pendsim.h``.
 from cffi import FFI
 
 CDEF = """
-#define PROTO_VERSION 1
-#define PROTO_MAX_CHANNELS 4
-#define PROTO_MAX_PAYLOAD 64
-#define PROTO_MAX_WIRE 82
-#define PROTO_PRESET_LEN 16
+#define PROTO_VERSION ...
+#define PROTO_MAX_CHANNELS ...
+#define PROTO_MAX_PAYLOAD ...
+#define PROTO_MAX_WIRE ...
+#define PROTO_PRESET_LEN ...
 
 typedef struct { uint8_t type; uint32_t seq; uint8_t len; uint8_t payload[64]; } proto_frame;
 typedef struct {
@@ -34,7 +34,7 @@ typedef struct {
 } proto_status;
 typedef struct { uint16_t id; uint8_t result; float value; } proto_param;
 typedef struct {
-  uint8_t buf[82]; size_t n; int overflow;
+  uint8_t buf[...]; size_t n; int overflow;
   uint32_t frames, crc_errors, bad_frames, overflows;
 } proto_decoder;
 

@@ -294,7 +294,7 @@ class Decoder:
         for i, chunk in enumerate(chunks):
             if not self._overflow:
                 self._pending += chunk
-                if len(self._pending) >= MAX_WIRE:  # no frame is that long: skip to the delimiter
+                if len(self._pending) > MAX_WIRE:  # no frame is that long: skip to the delimiter
                     self._overflow = True
                     self._pending.clear()
             if i == len(chunks) - 1:
