@@ -47,17 +47,21 @@ class CPolicy:
         self._step.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         self._step.restype = ctypes.c_int
         self.nobs = nobs
-        self._obs = (ctypes.c_float * nobs)()
-        self._action = (ctypes.c_float * 1)()
+        self._obs = np.zeros(nobs, np.float32)
+        self._action = np.zeros(1, np.float32)
+        self._obs_ptr, self._action_ptr = self._obs.ctypes.data, self._action.ctypes.data
 
     def step(self, obs) -> tuple[int, float]:
-        """``(return code, command)`` for one observation."""
-        self._obs[:] = [float(v) for v in obs]
-        rc = self._step(self._obs, self._action)
-        return rc, self._action[0]
+        """``(return code, command)`` for one observation ``(nobs,)``."""
+        self._obs[:] = obs
+        rc = self._step(self._obs_ptr, self._action_ptr)
+        return rc, float(self._action[0])
 
-    def __call__(self, obs: np.ndarray) -> float:
-        return self.step(obs)[1]
+    def __call__(self, obs) -> float:
+        """The command for one observation ``(nobs,)``."""
+        self._obs[:] = obs
+        self._step(self._obs_ptr, self._action_ptr)
+        return float(self._action[0])
 
     def batch(self, obs: np.ndarray) -> np.ndarray:
         """Commands ``(N,)`` float32 for observations ``(N, nobs)``, one call each."""

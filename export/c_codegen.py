@@ -465,7 +465,10 @@ def supported_ops() -> set[str]:
 
 
 def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> None:
-    """out (M, N) = alpha * op(A) op(B) + beta * C, summed in order k = 0..K-1."""
+    """out (M, N) = alpha * op(A) op(B) + beta * C. Every output sums its
+    products in the order k = 0..K-1; the loops run k outside and j inside,
+    so a compiler can vectorise across outputs without reordering any sum.
+    A constant B is stored (K, N), row by row as the inner loop reads it."""
     a_name, b_name = node.input[0], node.input[1]
     shapes = [np.asarray(consts[x]).shape if x in consts else tensors[x].shape
               for x in (a_name, b_name)]
@@ -476,6 +479,7 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
     (ar, ac), (br, bc) = shapes
     M, K = (ac, ar) if ta else (ar, ac)
     N = br if tb else bc
+    m = "m" if M > 1 else "0"
 
     def elem(name, shape, row, col, trans):
         r, c = (col, row) if trans else (row, col)
@@ -485,10 +489,19 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
             return f"{em.const_array(name, consts[name])}[{index}]"
         return _at(tensors[name], index)
 
-    a = elem(a_name, shapes[0], "m" if M > 1 else "0", "k", ta)
-    b = elem(b_name, shapes[1], "k", "j", tb)
+    a = elem(a_name, shapes[0], m, "k", ta)
+    if b_name in consts:
+        b_kn = np.asarray(consts[b_name], np.float32)
+        b_kn = b_kn.T if tb else b_kn
+        b = f"{em.const_array(b_name + ' (K x N)', b_kn)}[{'k' if N == 1 else f'k * {N} + j'}]"
+    else:
+        b = elem(b_name, shapes[1], "k", "j", tb)
+    row = f"m * {N} + " if M > 1 else ""
+    dst = _at(out, f"{row}j" if N > 1 else (f"m * {N}" if M > 1 else "0"))
+    epilogue = dst
     alpha = float(attrs.get("alpha", 1.0))
-    acc = "acc" if alpha == 1.0 else f"{_float_literal(alpha)} * acc"
+    if alpha != 1.0:
+        epilogue = f"{_float_literal(alpha)} * {epilogue}"
     if len(node.input) > 2 and node.input[2]:
         beta = float(attrs.get("beta", 1.0))
         c_name = node.input[2]
@@ -496,24 +509,29 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
         if c_size == 1:
             c_idx = "0"
         elif c_size == M * N:
-            c_idx = f"m * {N} + j" if M > 1 else "j"
+            c_idx = f"{row}j"
         else:  # a row (N,) or (1, N), or a column (M, 1)
             c_idx = "j" if c_size == N else "m"
+        if N == 1:
+            c_idx = c_idx.replace(" + j", "").replace("j", "0")
         if c_name in consts and c_size == 1:
             c = _float_literal(np.asarray(consts[c_name]).reshape(-1)[0])
         else:
             c = (f"{em.const_array(c_name, consts[c_name])}[{c_idx}]" if c_name in consts
                  else _at(tensors[c_name], c_idx))
-        acc += f" + {c}" if beta == 1.0 else f" + {_float_literal(beta)} * {c}"
-    dst = _at(out, f"m * {N} + j" if M > 1 else "j")
+        epilogue += f" + {c}" if beta == 1.0 else f" + {_float_literal(beta)} * {c}"
     em.n_ops += 1
-    inner = (f"    float acc = 0.0f;\n"
-             f"    for (int k = 0; k < {K}; ++k) acc += {a} * {b};\n"
-             f"    {dst} = {acc};")
-    loop_j = f"  for (int j = 0; j < {N}; ++j) {{\n{inner}\n  }}"
+    each_j = (lambda stmt: f"for (int j = 0; j < {N}; ++j) {stmt}") if N > 1 else (lambda s: s)
+    lines = [each_j(f"{dst} = 0.0f;"),
+             f"for (int k = 0; k < {K}; ++k) {{",
+             f"  const float a = {a};",
+             "  " + each_j(f"{dst} += a * {b};"),
+             "}"]
+    if epilogue != dst:
+        lines.append(each_j(f"{dst} = {epilogue};"))
     if M > 1:
-        loop_j = f"  for (int m = 0; m < {M}; ++m) {{\n" + loop_j.replace("\n", "\n  ") + "\n  }"
-    em.lines.append(loop_j)
+        lines = [f"for (int m = 0; m < {M}; ++m) {{"] + ["  " + x for x in lines] + ["}"]
+    em.lines.extend("  " + x for x in lines)
 
 
 def _emit_reduce(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> None:
