@@ -315,7 +315,7 @@ class Decoder:
         except ProtocolError:
             self.bad_frames += 1
             return None
-        if len(raw) < HEADER.size + CRC.size:
+        if not HEADER.size + CRC.size <= len(raw) <= MAX_RAW:
             self.bad_frames += 1
             return None
         body, (crc,) = raw[:-CRC.size], CRC.unpack(raw[-CRC.size:])
