@@ -24,11 +24,17 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import time
 from dataclasses import dataclass, fields
 
-import numpy as np
-import torch
+# Idle OpenMP threads sleep instead of spinning: on a machine shared with
+# other processes, spinning made two-thread updates 20-60x slower. Only
+# effective if torch is not yet imported, as under `grpo-ctrl train`.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.policy import GaussianPolicy, gaussian_log_prob, log_tanh_jacobian
@@ -73,7 +79,7 @@ class GRPOConfig:
     iterations: int = 0           # stop after this many iterations (0 = no limit)
     eval_every: float = 1.0       # seconds of training between evaluations for the best checkpoint
     eval_episodes: int = 100      # episodes per evaluation (fixed start states, deterministic policy)
-    threads: int = 2              # torch threads for the update
+    threads: int = 1              # torch threads for the update (rollouts use one: small ops)
 
 
 CHOICES = {"continuation": ("greedy", "softmax", "random", "policy"),
@@ -390,7 +396,6 @@ class Trainer:
     def __init__(self, cfg: GRPOConfig, system: str, preset: str):
         check_config(cfg)
         self.cfg, self.system, self.preset = cfg, system, preset
-        torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.rollout = GroupRollout(cfg, system, preset, cfg.seed)
@@ -410,8 +415,10 @@ class Trainer:
         """One iteration: collect groups, update, refresh stats. Returns metrics."""
         cfg = self.cfg
         t0 = time.perf_counter()
+        torch.set_num_threads(1)
         batch = self.rollout.collect(self.policy, self.gen)
         t1 = time.perf_counter()
+        torch.set_num_threads(cfg.threads)
         eps_low, eps_high = cfg.eps_low * self.eps_scale, cfg.eps_high * self.eps_scale
         eps_low = min(eps_low, 0.95)
         stats = grpo_update(self.policy, self.ref, self.opt, batch, cfg, eps_low, eps_high,
