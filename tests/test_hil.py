@@ -1,0 +1,206 @@
+"""The HIL device on a real pseudo-terminal, driven frame by frame from a
+Python client: its rate, its plant (against the simulator stepped on its
+own), the watchdog, the limits, parameters and the fault injector."""
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from firmware_bridge import protocol as P
+from firmware_bridge.hil import HilConfig, serve_hil
+from firmware_bridge.host import Link
+from grpo_ctrl.sim import BatchSim
+
+RIG_PERIOD_US = 5000
+CPR = 2048  # the rig preset's encoder
+
+
+class Client:
+    """A bare protocol client: what the tests see of the device."""
+
+    def __init__(self, port):
+        self.link = Link(port)
+        self.link.flush_input()
+        self.frames = []  # (frame, message, host time)
+
+    def pump(self, seconds, answer=None):
+        """Read for ``seconds``; answer each STATE with ``answer(state)`` if given."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for f in self.link.poll(0.01):
+                msg = P.decode_message(f)
+                self.frames.append((f, msg, time.monotonic()))
+                if answer is not None and isinstance(msg, P.State):
+                    self.link.send(P.Command(answer(msg), f.seq))
+
+    def request(self, message, kind, timeout=1.0):
+        seq, _ = self.link.send(message)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for f in self.link.poll(0.01):
+                msg = P.decode_message(f)
+                self.frames.append((f, msg, time.monotonic()))
+                if isinstance(msg, kind) and (not isinstance(msg, P.Ack) or msg.acked_seq == seq):
+                    return msg
+        raise AssertionError(f"no {kind.__name__} answered {message}")
+
+    def of(self, kind):
+        return [(f, m) for f, m, _ in self.frames if type(m) is kind]
+
+    def close(self):
+        self.link.close()
+
+
+@pytest.fixture
+def rig():
+    with serve_hil(HilConfig(system="pendulum", preset="rig", angle0=0.3)) as hil:
+        client = Client(hil.port)
+        yield hil, client
+        client.close()
+
+
+def test_hello_reports_the_rig(rig):
+    _, c = rig
+    info = c.request(P.Hello(), P.Info)
+    assert (info.system_name, info.preset, info.period_us) == ("pendulum", "rig", RIG_PERIOD_US)
+    assert info.u_max == pytest.approx(0.15) and info.counts_per_unit[0] == CPR
+    assert info.watchdog_us == 2 * RIG_PERIOD_US and info.angle_mask == 1
+
+
+def test_state_stream_runs_at_the_control_rate_and_follows_the_simulator(rig):
+    hil, c = rig
+    c.pump(1.0)
+    states = c.of(P.State)
+    t = np.array([m.t_us for _, m in states]) * 1e-6
+    rate = (len(t) - 1) / (t[-1] - t[0])
+    assert rate == pytest.approx(200.0, rel=0.02)
+    seqs = [f.seq for f, _ in states]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # nothing lost on a clean line
+    # the plant, unactuated from rest at 0.3 rad, is the simulator's pendulum
+    trace = hil.trace()
+    assert np.all(trace["u"] == 0) and np.all(trace["mode"] == P.MODE_DISARMED)
+    sim = BatchSim("pendulum", 1, preset="rig")
+    sim.set_state({"x": np.array([[0.3, 0.0]])})
+    ref = []
+    for _ in range(len(trace["x"])):  # the HIL steps the plant, then ticks
+        sim.step(np.zeros(1, np.float32))
+        ref.append(sim.get_state()["x"][0].copy())
+    np.testing.assert_allclose(trace["x"], np.array(ref), atol=1e-12)
+    # each STATE reports that plant's angle through a 2048-count encoder
+    by_time = dict(zip((trace["t"] * 1e6).round().astype(np.int64), trace["x"][:, 0]))
+    for _, s in states[::20]:
+        if s.t_us in by_time:
+            assert s.pos[0] == round(by_time[s.t_us] * CPR / (2 * math.pi))
+
+
+def test_watchdog_zeroes_the_actuator_and_faults_within_two_periods(rig):
+    hil, c = rig
+    assert c.request(P.Arm(), P.Ack).result == 0
+    c.pump(0.5, answer=lambda s: 0.05)   # a host that answers every state ...
+    c.pump(0.2)                          # ... then goes silent
+    (_, fault), = c.of(P.Fault)
+    assert P.FAULTS[fault.fault] == "watchdog" and fault.mode == P.MODE_FAULT
+    silent_for = fault.t_us - fault.last_cmd_t_us
+    # the next command was due one period after the last; the fault came at the
+    # first tick at least two periods after the last command
+    assert 2 * RIG_PERIOD_US <= silent_for < 3 * RIG_PERIOD_US + 1000
+    trace = hil.trace()
+    t_fault = fault.t_us * 1e-6
+    after = trace["t"] >= t_fault - 1e-6
+    assert np.all(trace["u"][after] == 0) and np.all(trace["mode"][after] == P.MODE_FAULT)
+    before = (trace["t"] < t_fault - 1e-6) & (trace["mode"] == P.MODE_ARMED)
+    assert np.all(trace["u"][before][2:] == pytest.approx(0.05))
+    # the STATEs say the same, and the fault sticks until DISARM
+    later = [s for _, s in c.of(P.State) if s.t_us > fault.t_us]
+    assert later and all(s.actuator == 0 and s.mode == P.MODE_FAULT for s in later)
+    assert c.request(P.Arm(), P.Ack).result == 1          # refused: fault active
+    ack = c.request(P.Disarm(), P.Ack)
+    assert (ack.result, ack.mode) == (0, P.MODE_DISARMED)
+    assert c.request(P.Arm(), P.Ack).result == 0
+
+
+def test_velocity_limit_disarms_safely(rig):
+    hil, c = rig
+    limit = 2.0  # rad/s
+    q = c.request(P.ParamSet(P.PARAMS["vel_limit0"], limit * CPR / (2 * math.pi)), P.Param)
+    assert q.result == 0
+    assert c.request(P.Arm(), P.Ack).result == 0
+    busy = c.request(P.ParamSet(P.PARAMS["vel_limit0"], 1e9), P.Param)
+    assert P.RESULTS[busy.result] == "not while armed"   # safety settings are frozen while armed
+    c.pump(1.5, answer=lambda s: 0.15)   # full torque, falling from 0.3 rad: it speeds up
+    (_, fault), = c.of(P.Fault)
+    assert P.FAULTS[fault.fault] == "velocity limit"
+    trace = hil.trace()
+    t_fault = fault.t_us * 1e-6
+    thd = trace["x"][:, 1]
+    after = trace["t"] >= t_fault - 1e-6
+    assert np.all(trace["u"][after] == 0) and np.all(trace["mode"][after] == P.MODE_FAULT)
+    # it stopped near the limit, not long after it
+    i = np.argmax(after)
+    assert limit * 0.8 < abs(thd[i]) < limit * 1.5
+
+
+def test_commands_are_clamped_and_non_finite_ones_fault(rig):
+    hil, c = rig
+    assert c.request(P.Arm(), P.Ack).result == 0
+    c.pump(0.3, answer=lambda s: 5.0)
+    states = [s for _, s in c.of(P.State) if s.mode == P.MODE_ARMED and s.cmd_seq]
+    assert states and all(s.actuator == pytest.approx(0.15) for s in states[1:])
+    assert all(s.flags & P.FLAG_CLAMPED for s in states[1:])
+    assert np.max(np.abs(hil.trace()["u"])) == pytest.approx(0.15)
+    c.pump(0.1, answer=lambda s: float("nan"))
+    (_, fault), = c.of(P.Fault)
+    assert P.FAULTS[fault.fault] == "bad command"
+
+
+def test_parameters(rig):
+    _, c = rig
+    assert c.request(P.ParamGet(P.PARAMS["period_us"]), P.Param).value == RIG_PERIOD_US
+    q = c.request(P.ParamSet(P.PARAMS["watchdog_us"], 20000), P.Param)
+    assert (q.result, q.value) == (0, 20000)
+    assert c.request(P.Hello(), P.Info).watchdog_us == 20000
+    assert P.RESULTS[c.request(P.ParamSet(P.PARAMS["period_us"], 1), P.Param).result] == "read-only"
+    assert P.RESULTS[c.request(P.ParamSet(P.PARAMS["watchdog_us"], 1), P.Param).result] == "out of range"
+    assert P.RESULTS[c.request(P.ParamGet(99), P.Param).result] == "unknown parameter"
+    status = c.request(P.Heartbeat(), P.Status)
+    assert status.mode == P.MODE_DISARMED and status.rx_frames >= 6 and status.rx_crc_errors == 0
+
+
+def test_fault_injector_drops_and_corrupts_at_the_set_rates():
+    with serve_hil(HilConfig(preset="rig", rate=1000, corrupt=0.01, drop=0.05, seed=3)) as hil:
+        c = Client(hil.port)
+        c.pump(3.0)
+        c.close()
+        st = hil.stats()
+    seqs = [f.seq for f, _, _ in c.frames]
+    span = seqs[-1] - seqs[0] + 1
+    lost = span - len(seqs)
+    # a 44-byte state frame survives 1% byte corruption with probability 0.99^44
+    p_loss = 1 - 0.95 * 0.99 ** 44
+    assert lost / span == pytest.approx(p_loss, abs=0.03)
+    assert st["tx_dropped"] / st["tx_frames"] == pytest.approx(0.05, abs=0.01)
+    assert c.link.decoder.crc_errors + c.link.decoder.bad_frames > 0.5 * (lost - st["tx_dropped"])
+
+
+def test_hil_command_line_prints_its_port_first():
+    env = dict(os.environ)
+    p = subprocess.Popen([sys.executable, "-m", "grpo_ctrl.cli", "hil", "--system", "pendulum",
+                          "--preset", "rig", "--duration", "1"], stdout=subprocess.PIPE, text=True,
+                         env=env)
+    port = p.stdout.readline().strip()
+    assert port.startswith("/dev/") and os.path.exists(port)
+    c = Client(port)
+    info = c.request(P.Hello(), P.Info)
+    c.close()
+    out, _ = p.communicate(timeout=10)
+    assert p.returncode == 0 and info.preset == "rig" and "ticks" in out
+
+
+def test_hil_rejects_bad_options_cleanly():
+    r = subprocess.run([sys.executable, "-m", "grpo_ctrl.cli", "hil", "--preset", "nope"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown preset 'nope'" in r.stderr and "Traceback" not in r.stderr
