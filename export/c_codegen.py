@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from export import metadata
-from export.files import atomic_write
+from export.files import atomic_write, check_folder
 from grpo_ctrl.errors import UserError
 
 # ONNX op -> C expression of its input {x} (float32 in, float32 out)
@@ -67,6 +66,7 @@ _REDUCTIONS = {
     "ReduceProd": ("({a} * {b})", "{acc}"),
 }
 _FOLDED_ONLY = {"Shape", "Size", "ConstantOfShape", "Range"}  # must reduce to constants
+_OBS = "\0obs"  # storage of the graph input, the step function's obs argument (no ONNX name)
 _LIBM_CALL = re.compile(r"\b([a-z0-9]+f)\(")
 _FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.BOOL}
 
@@ -234,9 +234,9 @@ def generate_c(model: onnx.ModelProto, name: str = "policy") -> CSource:
     g = model.graph
     opsets = list(model.opset_import)
     consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
-    tensors: dict[str, _Tensor] = {in_name: _Tensor((1, nobs), np.float32, "obs")}
+    tensors: dict[str, _Tensor] = {in_name: _Tensor((1, nobs), np.float32, _OBS)}
     em = _Emitter(opsets)
-    steps = []  # (node, input tensors / constants) of nodes that compute at run time
+    steps = []  # the nodes that compute at run time, in order
     for node in _toposort(g, set(consts) | {in_name}):
         if node.domain not in ("", "ai.onnx"):
             raise UserError(f"op {node.domain}::{node.op_type} is not in the standard ONNX domain; "
@@ -281,7 +281,7 @@ def generate_c(model: onnx.ModelProto, name: str = "policy") -> CSource:
     if out_name in consts:
         raise UserError("the graph's output does not depend on the observation; that is not a "
                         "controller")
-    ram = _allocate(steps, tensors, in_name, out_name)
+    ram = _allocate(steps, tensors, out_name)
     for node in steps:
         if node.op_type not in _ALIASES:
             _emit_node(node, tensors, consts, em)
@@ -295,7 +295,7 @@ def generate_c(model: onnx.ModelProto, name: str = "policy") -> CSource:
                    _h_file(name, nobs, size, meta), size)
 
 
-def _allocate(steps, tensors: dict, in_name: str, out_name: str) -> int:
+def _allocate(steps, tensors: dict, out_name: str) -> int:
     """Offsets into one scratch array: a value's storage is live from the node
     that writes it to the last node that reads it (or any alias of it);
     values whose lives overlap get disjoint ranges. Largest first, each at
@@ -313,8 +313,6 @@ def _allocate(steps, tensors: dict, in_name: str, out_name: str) -> int:
     placed: list[tuple[int, int, int, int]] = []  # (offset, size, start, end)
     offsets = {}
     for root in sorted(start, key=lambda r: (-size[r], start[r])):
-        if root == "obs":
-            continue
         busy = sorted((o, s) for o, s, a, b in placed if a <= end[root] and start[root] <= b)
         offset = 0
         for o, s in busy:
@@ -330,7 +328,7 @@ def _allocate(steps, tensors: dict, in_name: str, out_name: str) -> int:
 
 def _at(t: _Tensor, idx: str) -> str:
     """C expression of element ``idx`` of a run-time tensor."""
-    if t.root == "obs":
+    if t.root == _OBS:
         return f"obs[{idx}]"
     if not t.offset:
         return f"ws[{idx}]"
@@ -715,9 +713,7 @@ int {name}_step(const float *obs, float *action);
 def write_c(model: onnx.ModelProto, outdir: str | Path, name: str = "policy") -> CSource:
     """Generate and write ``OUTDIR/<name>.c`` and ``OUTDIR/<name>.h``."""
     src = generate_c(model, name)
-    outdir = Path(outdir)
-    if outdir.exists() and not outdir.is_dir():
-        raise UserError(f"{str(outdir)!r} exists and is not a folder; give a folder for the C files")
+    outdir = check_folder(outdir)
     try:
         outdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -12,7 +12,7 @@ import pickle
 import zipfile
 
 from export.c_codegen import generate_c, write_c
-from export.files import atomic_write
+from export.files import atomic_write, check_folder, check_writable
 from export.onnx_export import export_onnx, source_of
 from export.verify import TOLERANCE, operating_observations
 from grpo_ctrl.controller import BASELINES, load_controller
@@ -67,6 +67,10 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     if args.onnx is None and args.c is None:
         raise UserError("say where to write: --onnx FILE and/or --c OUTDIR")
+    if args.onnx is not None:  # fail before the work, not after it
+        check_writable(args.onnx)
+    if args.c is not None:
+        check_folder(args.c)
     controller, name = controller_from_args(args)
     source, sha = source_of(controller, name)
     model, result = export_onnx(controller, None, source, sha)

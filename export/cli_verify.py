@@ -43,8 +43,8 @@ def run(args) -> int:
     check_plant(meta, controller.spec)
     source, sha = source_of(controller, name)
     if sha is not None and meta.get("source_sha256") not in (None, sha):
-        print(f"note: the file was exported from a checkpoint with SHA-256 "
-              f"{meta['source_sha256'][:12]}..., {source} has {sha[:12]}...")
+        print(f"note: the file records source SHA-256 {meta['source_sha256'][:12]}..., "
+              f"{source} has {sha[:12]}...: not the checkpoint it was exported from")
     result = verify(model, controller)
     print(f"{args.onnx} vs {source}: {result.summary()}")
     return 0 if result.ok else 1

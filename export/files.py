@@ -8,21 +8,41 @@ from pathlib import Path
 from grpo_ctrl.errors import UserError
 
 
-def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder
-    and a rename, so a reader never sees a half-written file and a failure
-    leaves nothing behind. Raises ``UserError`` when the folder is missing or
-    not writable."""
+def check_writable(path: str | os.PathLike) -> Path:
+    """``UserError`` unless a file can be created at ``path`` (its folder
+    exists and is writable, and ``path`` is not a folder): checked before
+    long work, so it fails early."""
     path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
+    folder = path.parent
     if path.is_dir():
         raise UserError(f"cannot write {str(path)!r}: it is a folder; give a file name")
     if not folder.is_dir():
         raise UserError(f"cannot write {str(path)!r}: the folder {str(folder)!r} does not exist; "
                         "create it first")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write {str(path)!r}: the folder {str(folder)!r} is not writable; "
+                        "choose another place")
+    return path
+
+
+def check_folder(path: str | os.PathLike) -> Path:
+    """``UserError`` if ``path`` exists and is not a folder (a missing one is
+    created when written to)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{str(path)!r} exists and is not a folder; give a folder for the C files")
+    return path
+
+
+def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder
+    and a rename, so a reader never sees a half-written file and a failure
+    leaves nothing behind. Raises ``UserError`` when the folder is missing or
+    not writable."""
+    path = check_writable(path)
     payload = data.encode() if isinstance(data, str) else data
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
         raise UserError(f"cannot write {str(path)!r}: {e.strerror or e}; choose a writable "
                         "folder") from None
