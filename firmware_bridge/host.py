@@ -172,8 +172,11 @@ def load_policy(path, info: P.Info, features: Features, warn=print):
     observation layout, same actuator limit; otherwise a refusal."""
     from export.session import PolicySession
 
-    policy = PolicySession(path, system=info.system_name, nobs=len(features.obs_names),
-                           u_max=info.u_max)
+    try:
+        policy = PolicySession(path, system=info.system_name, nobs=len(features.obs_names),
+                               u_max=info.u_max)
+    except UserError as e:
+        raise UserError(f"refusing to arm: {e}") from None
     meta = policy.metadata
     if list(meta["obs_names"]) != features.obs_names:
         raise UserError(f"refusing to arm: {str(path)!r} expects observations "
@@ -334,6 +337,7 @@ class _Loop:
         self.period = info.period_us * 1e-6
         self.r = _Run()
         self.armed = False
+        self.arming = False   # ARM sent, not yet confirmed
         self.ended = "completed"
         self.disarm_acked = False
         self.t0 = time.monotonic()
@@ -392,7 +396,7 @@ class _Loop:
             "actuator": s.actuator, "pos": list(s.pos), "vel": list(s.vel),
             "obs": [float(x) for x in obs], "action": action,
             "compute_us": None if tx is None else (tx - rx) * 1e6})
-        if self.armed and s.mode != P.MODE_ARMED:
+        if self.armed and not self.arming and s.mode != P.MODE_ARMED:
             self.r.fault = self.r.fault or P.FAULTS.get(s.fault, "unknown")
             raise _DeviceStopped()
 
@@ -422,30 +426,39 @@ class _Loop:
         return None
 
     def _side_frame(self, f, msg, rx) -> None:
+        """A frame that arrives while the host waits for an answer: accounted,
+        and a STATE is answered if the loop is (being) armed."""
         self.account(f, msg, rx)
         if isinstance(msg, P.State):
-            self.on_state_passive(f, msg, rx)
-
-    def on_state_passive(self, f, s, rx) -> None:
-        """A state that arrives while the host waits for an answer: logged, not acted on."""
-        armed, self.armed = self.armed, False
-        try:
-            self.on_state(f, s, rx)
-        finally:
-            self.armed = armed
+            self.on_state(f, msg, rx)
 
     def arm(self) -> None:
-        def is_ack(kind):
-            return lambda seq, m: isinstance(m, P.Ack) and m.acked_seq == seq and m.acked_type == kind
-        ack = self.request(P.Arm(), is_ack(P.Arm.TYPE))
-        if ack is not None and ack.result == 1:  # a fault left from before: clear it, once
-            self.request(P.Disarm(), is_ack(P.Disarm.TYPE))
-            ack = self.request(P.Arm(), is_ack(P.Arm.TYPE))
-        if ack is None:
+        """ARM, confirmed by its ACK or by the first STATE in the armed mode
+        (the ACK may be lost on a noisy line). From the moment ARM is sent the
+        host answers armed STATEs, so the watchdog is fed from the first tick."""
+        def armed(seq, m):
+            return ((isinstance(m, P.Ack) and m.acked_seq == seq and m.acked_type == P.Arm.TYPE)
+                    or (isinstance(m, P.State) and m.mode == P.MODE_ARMED))
+
+        self.armed = self.arming = True
+        try:
+            got = self.request(P.Arm(), armed)
+        finally:
+            self.arming = False
+        if isinstance(got, P.Ack) and got.result == 1:  # a fault left from before: clear it, once
+            self.armed = False
+            self.request(P.Disarm(), lambda seq, m: isinstance(m, P.Ack) and m.acked_seq == seq)
+            self.armed = self.arming = True
+            try:
+                got = self.request(P.Arm(), armed)
+            finally:
+                self.arming = False
+        if got is None:
+            self.armed = False
             raise UserError("the device did not acknowledge ARM")
-        if ack.result != 0:
-            raise UserError(f"the device refused to arm: {P.RESULTS.get(ack.result, ack.result)}")
-        self.armed = True
+        if isinstance(got, P.Ack) and got.result != 0:
+            self.armed = False
+            raise UserError(f"the device refused to arm: {P.RESULTS.get(got.result, got.result)}")
 
     def run(self, duration: float) -> None:
         link_timeout = max(0.25, 20 * self.period)
