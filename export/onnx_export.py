@@ -74,7 +74,7 @@ def export_onnx(controller, path: str | Path | None, source: str,
     if not result.ok:
         raise UserError(f"the exported graph does not match the controller: {result.summary()}; "
                         "nothing was written")
-    metadata.write(model, {"verified_max_abs_error": f"{result.max_abs_error:.3g}",
+    metadata.write(model, {"verified_max_abs_error": f"{result.worst:.3g}",
                            "verified_samples": str(result.samples)})
     if path is not None:
         atomic_write(path, model.SerializeToString())

@@ -84,8 +84,12 @@ class Verification:
     tolerance: float
 
     @property
+    def worst(self) -> float:
+        return max(self.max_abs_error, self.batch1_max_abs_error)
+
+    @property
     def ok(self) -> bool:
-        return max(self.max_abs_error, self.batch1_max_abs_error) <= self.tolerance
+        return self.worst <= self.tolerance
 
     def summary(self) -> str:
         verdict = "PASS" if self.ok else "FAIL"
@@ -118,6 +122,11 @@ def verify(model: onnx.ModelProto, controller, samples: int = SAMPLES, seed: int
     if want.shape != (samples, 1):
         raise UserError(f"the controller returns shape {want.shape} for {samples} observations; "
                         f"the controller contract asks for ({samples}, 1)")
+    beyond = float(np.max(np.abs(want)))
+    if not beyond <= spec.u_max * (1 + 1e-6):
+        raise UserError(f"the controller commands up to {beyond:.6g} {spec.action_unit}, beyond "
+                        f"u_max = {spec.u_max:g}; clip its output to [-u_max, u_max] (the "
+                        "controller contract) before exporting")
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     inp, out = session.get_inputs()[0].name, session.get_outputs()[0].name
     try:

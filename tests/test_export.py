@@ -262,7 +262,7 @@ def test_metadata_describes_the_plant_and_the_export(tmp_path):
     assert meta["source_sha256"] == hashlib.sha256(model.graph.SerializeToString()).hexdigest()
     assert "torch" in meta["exporter"] and "onnx" in meta["exporter"]
     assert meta["verified_samples"] == 10_000
-    assert meta["verified_max_abs_error"] == float(f"{result.max_abs_error:.3g}")
+    assert meta["verified_max_abs_error"] == float(f"{result.worst:.3g}")
     opset = {o.domain: o.version for o in model.opset_import}[""]
     assert opset >= 17
 
@@ -298,6 +298,18 @@ def test_export_refuses_a_graph_that_does_not_match_and_writes_nothing(tmp_path)
 
     with pytest.raises(UserError, match="does not match"):
         export_onnx(DataDependentPython(), tmp_path / "bad.onnx", source="x")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_refuses_a_controller_that_does_not_clip(tmp_path):
+    class Unclipped(torch.nn.Module):
+        spec = spec_of("pendulum")
+
+        def forward(self, obs):
+            return -10.0 * obs[:, 1:2]
+
+    with pytest.raises(UserError, match="beyond u_max = 2"):
+        export_onnx(Unclipped(), tmp_path / "bad.onnx", source="x")
     assert list(tmp_path.iterdir()) == []
 
 
