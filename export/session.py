@@ -5,8 +5,8 @@ time (one intra-op thread, no inter-op pool, no spinning, all graph
 optimisations) and checks that it is the controller the caller means to run:
 a grpo-ctrl export for the expected plant, observation size and limits.
 
->>> policy = PolicySession("policy.onnx", system="pendulum", nobs=3, u_max=0.15)
->>> u = policy(obs)          # obs: (3,) float32 -> float, in N m
+    policy = PolicySession("policy.onnx", system="pendulum", nobs=3, u_max=0.15)
+    u = policy(obs)          # obs: (3,) float32 -> float, in N m
 """
 from __future__ import annotations
 

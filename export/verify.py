@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import torch
 
+from export.session import tuned_options
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.sim import BatchSim
 
@@ -127,11 +128,15 @@ def verify(model: onnx.ModelProto, controller, samples: int = SAMPLES, seed: int
         raise UserError(f"the controller commands up to {beyond:.6g} {spec.action_unit}, beyond "
                         f"u_max = {spec.u_max:g}; clip its output to [-u_max, u_max] (the "
                         "controller contract) before exporting")
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    inp, out = session.get_inputs()[0].name, session.get_outputs()[0].name
+    # the batch through default options; single observations through the
+    # options the serial bridge's session uses
+    batched = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    single = ort.InferenceSession(model.SerializeToString(), tuned_options(),
+                                  providers=["CPUExecutionProvider"])
+    inp, out = batched.get_inputs()[0].name, batched.get_outputs()[0].name
     try:
-        got = session.run([out], {inp: obs})[0]
-        one = np.concatenate([session.run([out], {inp: obs[i:i + 1]})[0]
+        got = batched.run([out], {inp: obs})[0]
+        one = np.concatenate([single.run([out], {inp: obs[i:i + 1]})[0]
                               for i in range(min(batch1_samples, samples))])
     except Exception as e:  # onnxruntime raises its own exception types
         raise UserError(f"onnxruntime cannot run the model on {spec.nobs} observations of "

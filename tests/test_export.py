@@ -214,12 +214,14 @@ def trained_run(tmp_path_factory):
     return out
 
 
-def test_trained_grpo_run_round_trip_and_provenance(trained_run, tmp_path):
+def test_trained_grpo_run_round_trip_and_provenance(trained_run, tmp_path, capsys):
     from grpo_ctrl.controller import load_controller
 
     controller = load_controller(str(trained_run))
     out = tmp_path / "policy.onnx"
     assert main(["export", str(trained_run), "--onnx", str(out), "--c", str(tmp_path / "c")]) == 0
+    printed = capsys.readouterr().out
+    assert "PASS" in printed and "flash" in printed and "RAM 512 B" in printed
     meta = metadata.parse(metadata.raw(onnx.load(str(out))))
     ckpt = Path(controller.source_info["checkpoint"])
     assert meta["source"] == str(ckpt)
