@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 import zipfile
+from pathlib import Path
 
 from export.c_codegen import generate_c, write_c
 from export.files import atomic_write, check_folder, check_writable
@@ -96,5 +97,6 @@ def run(args) -> int:
         print(f"wrote {args.onnx}")
     if c_src is not None:
         write_c(model, args.c, args.c_name)
-        print(f"wrote {args.c}/{args.c_name}.c and {args.c_name}.h: {c_src.size.summary()}")
+        print(f"wrote {Path(args.c) / (args.c_name + '.c')} and "
+              f"{Path(args.c) / (args.c_name + '.h')}: {c_src.size.summary()}")
     return 0
