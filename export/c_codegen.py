@@ -17,6 +17,7 @@ is refused with an error that names the op.
 """
 from __future__ import annotations
 
+import heapq
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from grpo_ctrl.errors import UserError
 
 # ONNX op -> C expression of its input {x} (float32 in, float32 out)
 _UNARY = {
-    "Identity": "{x}", "Neg": "(-{x})", "Abs": "fabsf({x})", "Sqrt": "sqrtf({x})",
+    "Neg": "(-{x})", "Abs": "fabsf({x})", "Sqrt": "sqrtf({x})",
     "Exp": "expf({x})", "Log": "logf({x})", "Tanh": "tanhf({x})", "Sin": "sinf({x})",
     "Cos": "cosf({x})", "Tan": "tanf({x})", "Atan": "atanf({x})", "Asin": "asinf({x})",
     "Acos": "acosf({x})", "Floor": "floorf({x})", "Ceil": "ceilf({x})",
@@ -136,6 +137,7 @@ class _Tensor:
     dtype: type          # np.float32 or np.bool_ (stored as 0.0f / 1.0f)
     root: str            # name of the storage it lives in (itself unless an alias)
     offset: int = 0      # into the scratch array, set by the allocator
+
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
 
@@ -185,23 +187,27 @@ def _wrap(body: str, width: int = 96) -> str:
 
 
 def _toposort(graph: onnx.GraphProto, known: set) -> list:
+    """The nodes in an order where each comes after its inputs' producers
+    (Kahn's algorithm, keeping the file's order where it already is one)."""
     produced_by = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
-    order, state = [], {}
-
-    def visit(i):
-        if state.get(i) == 2:
-            return
-        if state.get(i) == 1:
-            raise UserError("the ONNX graph has a cycle; it is not a valid controller graph")
-        state[i] = 1
-        for name in graph.node[i].input:
-            if name and name not in known and name in produced_by:
-                visit(produced_by[name])
-        state[i] = 2
+    waiting_on = [{produced_by[x] for x in n.input if x and x not in known and x in produced_by}
+                  for n in graph.node]
+    users: dict[int, list[int]] = {i: [] for i in range(len(graph.node))}
+    for i, deps in enumerate(waiting_on):
+        for d in deps:
+            users[d].append(i)
+    ready = [i for i, deps in enumerate(waiting_on) if not deps]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
         order.append(graph.node[i])
-
-    for i in range(len(graph.node)):
-        visit(i)
+        for u in users[i]:
+            waiting_on[u].discard(i)
+            if not waiting_on[u]:
+                heapq.heappush(ready, u)
+    if len(order) != len(graph.node):
+        raise UserError("the ONNX graph has a cycle; it is not a valid controller graph")
     return order
 
 

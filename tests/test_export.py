@@ -343,6 +343,18 @@ def test_c_scratch_ram_is_the_largest_live_set():
     assert size.const_bytes == weights - 4  # the last bias is a scalar literal
 
 
+@needs_cc
+def test_c_generator_sorts_nodes_stored_out_of_order():
+    model = to_onnx(EnergyBangBang())
+    shuffled = onnx.ModelProto()
+    shuffled.CopyFrom(model)
+    nodes = list(shuffled.graph.node)
+    del shuffled.graph.node[:]
+    shuffled.graph.node.extend(nodes[::-1])
+    obs = operating_observations("pendulum", "gym", 2000)
+    assert check_c(generate_c(shuffled), model, obs) == 0.0  # a bit-exact controller
+
+
 def test_c_generator_names_an_unsupported_op():
     from onnx import TensorProto, helper
 
