@@ -58,9 +58,11 @@ def check_accounting(log, summary):
     return rows
 
 
-# the rig's LQR catches the pendulum only within ~0.04 rad of upright at rest
-# (x'Px < 0.1); start inside that, held still until the host arms
-START = dict(system="pendulum", preset="rig", angle0=0.02, hold_until_armed=True)
+# The rig's LQR catches the pendulum only within ~0.04 rad of upright at rest
+# (x'Px < 0.1); start inside that, held still until the host arms. The
+# watchdog is 10 periods rather than 2: a busy CI machine can hold up a
+# pseudo-terminal for longer than 10 ms (test_hil checks the default).
+START = dict(system="pendulum", preset="rig", angle0=0.02, hold_until_armed=True, watchdog_ms=50)
 
 
 def test_swingup_lqr_onnx_balances_the_rig_for_10_s(swingup, tmp_path):
@@ -68,7 +70,7 @@ def test_swingup_lqr_onnx_balances_the_rig_for_10_s(swingup, tmp_path):
     with serve_hil(HilConfig(**START)) as hil:
         r = grpo_run(hil.port, swingup, 10, log)
         trace, stats = hil.trace(), hil.stats()
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, (r.stdout, r.stderr, stats)
     s = summary_of(r)
     assert s["ended"] == "completed" and s["disarm_acknowledged"]
     assert s["achieved_rate_hz"] >= 195 and s["device_rate_hz"] == pytest.approx(200, rel=0.02)
@@ -87,7 +89,7 @@ def test_balances_through_corrupted_bytes_and_dropped_frames(swingup, tmp_path):
     with serve_hil(HilConfig(**START, corrupt=0.01, drop=0.05, seed=7)) as hil:
         r = grpo_run(hil.port, swingup, 6, log)
         trace, stats = hil.trace(), hil.stats()
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, (r.stdout, r.stderr, stats)
     s = summary_of(r)
     assert s["ended"] == "completed" and s["disarm_acknowledged"]
     armed, span = armed_span(trace)
@@ -176,15 +178,15 @@ def test_velocity_limit_exceeded_ends_in_a_safe_stop(swingup, tmp_path):
 
 
 def test_lost_link_ends_the_run_and_the_device_stops_itself(swingup, tmp_path):
-    with serve_hil(HilConfig(**START, disconnect_after=1.5)) as hil:
+    with serve_hil(HilConfig(**{**START, "watchdog_ms": None}, disconnect_after=1.5)) as hil:
         s = run_loop(hil.port, swingup, 5.0, tmp_path / "ll.csv", print_fn=lambda *_: None)
         time.sleep(0.1)
         trace, stats = hil.trace(), hil.stats()
     assert s["ended"] == "link lost" and not s["disarm_acknowledged"]
     assert s["duration_s"] < 3.0
-    # the device's watchdog took over: actuator zero, fault, two periods after the last command
+    # the device's watchdog took over: actuator zero and fault at most three
+    # periods (the last command's, then two silent ones) after the line went
     assert stats["disconnected"] and stats["fault_name"] == "watchdog"
     t_fault = trace["t"][np.argmax(trace["mode"] == P.MODE_FAULT)]
     assert np.all(trace["u"][trace["t"] >= t_fault] == 0)
-    armed_t = trace["t"][trace["mode"] == P.MODE_ARMED]
-    assert t_fault - armed_t[-1] < 0.0051 and t_fault == pytest.approx(1.5, abs=0.05)
+    assert 1.5 < t_fault < 1.5 + 3 * 0.005 + 0.002
