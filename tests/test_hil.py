@@ -204,3 +204,23 @@ def test_hil_rejects_bad_options_cleanly():
     r = subprocess.run([sys.executable, "-m", "grpo_ctrl.cli", "hil", "--preset", "nope"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "unknown preset 'nope'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_reference_board_back_end_runs_against_a_mock_arduino(tmp_path):
+    """The board sketch's C back-end, built for the host with a mock of the
+    Arduino calls: quadrature decoding, handshake, PWM and direction,
+    clamping and the watchdog (board/board_test.c)."""
+    import shutil
+    from pathlib import Path
+
+    fw = Path(__file__).resolve().parent.parent / "firmware_bridge" / "firmware"
+    board = fw / "board"
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    exe = tmp_path / "board_test"
+    subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-g",
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                    f"-I{board}", f"-I{fw}", str(board / "board_test.c"),
+                    str(board / "board_pendulum.c"), str(board / "mock_arduino.c"),
+                    str(fw / "fw_core.c"), str(fw / "proto.c"), "-lm", "-o", str(exe)], check=True)
+    r = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0 and "0 failures" in r.stdout, r.stdout + r.stderr

@@ -1,0 +1,22 @@
+/* The host-side mock of the Arduino core (mock_arduino.c). */
+#ifndef GRPO_MOCK_ARDUINO_H
+#define GRPO_MOCK_ARDUINO_H
+
+#include "arduino_api.h"
+
+typedef struct {
+  uint64_t now_us;
+  uint8_t mode[64], level[64];
+  int pwm[64];
+  void (*isr[64])(void);
+  uint8_t rx[4096], tx[65536];
+  size_t rx_len, rx_pos, tx_len;
+} mock_board;
+
+extern mock_board mock;
+/* Drive an input pin, running its interrupt handler on a change. */
+void mock_set_pin(uint8_t pin, int level);
+/* Bytes from the host. */
+void mock_send(const uint8_t *bytes, size_t n);
+
+#endif
