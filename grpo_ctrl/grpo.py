@@ -26,7 +26,7 @@ import copy
 import math
 import os
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 # Idle OpenMP threads sleep instead of spinning: on a machine shared with
 # other processes, spinning made two-thread updates 20-60x slower. Only
@@ -46,19 +46,20 @@ class GRPOConfig:
     # rollouts
     num_starts: int = 32          # start states (GRPO "queries") per iteration
     group_size: int = 8           # branches cloned from each start state (G)
-    horizon: int = 64             # steps each branch is rolled out
-    loss_steps: int = 32          # first steps of each branch in the loss; the rest is look-ahead
+    horizon: int = 64             # decisions each branch is rolled out
+    loss_steps: int = 32          # first decisions of a branch in the loss; the rest: look-ahead
+    action_repeat: int = 1        # control steps each training action is held (1 = every step)
     gamma: float = 0.98           # discount of rewards within a branch
     reset_prob: float = 0.1       # chance per iteration that a trajectory restarts from a reset
-    continuation: str = "random"  # which branch a trajectory continues from: greedy|softmax|random|policy
-    softmax_temperature: float = 1.0  # temperature on group-normalised returns for softmax continuation
+    continuation: str = "random"  # branch a trajectory continues from: greedy|softmax|random|policy
+    softmax_temperature: float = 1.0  # on group-normalised returns, for softmax continuation
     # advantages and loss
-    reward_form: str = "outcome"  # outcome (discounted branch return) | reward_to_go (per step, normalised per step)
-    adv_scale: str = "group"      # divide centred rewards by the group std (group), batch std (batch) or not (none)
-    loss_agg: str = "token"       # grpo (mean per branch, then over branches) | token (all steps) | dr_grpo (sum / loss_steps)
+    reward_form: str = "outcome"  # outcome (branch return) | reward_to_go (normalised per step)
+    adv_scale: str = "group"      # divide centred rewards by the std of: group | batch | none
+    loss_agg: str = "token"       # grpo (per branch, then mean) | token (all steps) | dr_grpo
     eps_low: float = 0.2          # ratio clip below: 1 - eps_low
     eps_high: float = 0.28        # ratio clip above: 1 + eps_high (DAPO clip-higher)
-    trust_region: str = "fixed"   # fixed clip, or adaptive: scale eps to hold KL(pi_old||pi) near kl_target
+    trust_region: str = "fixed"   # fixed, or adaptive: scale eps to hold KL(old||new) at kl_target
     kl_target: float = 0.01       # target KL(pi_old || pi) per update for the adaptive trust region
     beta: float = 0.0             # weight of the k3 KL penalty to the reference policy (0 = off)
     ref_refresh: int = 20         # iterations between copies of pi into pi_ref
@@ -77,8 +78,8 @@ class GRPOConfig:
     seed: int = 0                 # seeds the simulator and torch
     time_budget: float = 30.0     # seconds of training wall time (0 = no limit)
     iterations: int = 0           # stop after this many iterations (0 = no limit)
-    eval_every: float = 1.0       # seconds of training between evaluations for the best checkpoint
-    eval_episodes: int = 100      # episodes per evaluation (fixed start states, deterministic policy)
+    eval_every: float = 1.0       # training seconds between evaluations (best checkpoint)
+    eval_episodes: int = 100      # episodes per evaluation (fixed starts, deterministic policy)
     threads: int = 1              # torch threads for the update (rollouts use one: small ops)
 
 
@@ -112,8 +113,8 @@ def check_config(cfg: GRPOConfig) -> None:
     for name, allowed in CHOICES.items():
         if getattr(cfg, name) not in allowed:
             raise UserError(f"{name} = {getattr(cfg, name)!r} is not one of {list(allowed)}")
-    positive = ("num_starts", "group_size", "horizon", "loss_steps", "epochs", "minibatches",
-                "hidden", "layers", "eval_episodes", "threads", "lr", "ref_refresh")
+    positive = ("num_starts", "group_size", "horizon", "loss_steps", "action_repeat", "epochs",
+                "minibatches", "hidden", "layers", "eval_episodes", "threads", "lr", "ref_refresh")
     for name in positive:
         if not getattr(cfg, name) > 0:
             raise UserError(f"{name} must be positive, got {getattr(cfg, name)!r}")
@@ -132,11 +133,6 @@ def check_config(cfg: GRPOConfig) -> None:
                  "kl_target", "softmax_temperature"):
         if getattr(cfg, name) < 0:
             raise UserError(f"{name} must be non-negative, got {getattr(cfg, name)!r}")
-
-
-def config_fields() -> dict:
-    """name -> type of every GRPOConfig field."""
-    return {f.name: f.type for f in fields(GRPOConfig)}
 
 
 # =====================================================================
@@ -266,6 +262,7 @@ class Batch:
     returns: np.ndarray      # (N, G) discounted branch returns
     entropy: float           # Monte-Carlo entropy of the squashed action distribution
     raw_obs: torch.Tensor    # (B*H, nobs) raw observations, for the running normaliser
+    raw_loss_obs: torch.Tensor  # (B, L, nobs) raw observations of the loss steps, for pi_ref
 
 
 class GroupRollout:
@@ -302,13 +299,15 @@ class GroupRollout:
             mu[t] = policy.mu(policy.normalise(raw[t]))
             z[t] = mu[t] + noise[t]
             act = policy.u_max * np.tanh(z[t].numpy())  # np.tanh: torch.tanh is slow here
-            obs_np, r, term, _ = sim.step(act)
-            rewards[t] = r
-            alive[t + 1] = alive[t] & ~term
+            rewards[t] = 0.0
+            alive[t + 1] = alive[t]
+            for _ in range(cfg.action_repeat):
+                obs_np, r, term, _ = sim.step(act)
+                rewards[t] += r * alive[t + 1]  # after termination a branch earns nothing
+                alive[t + 1] &= ~term
             if t + 1 == L:  # the states trajectories continue from
                 self.snapshot.copy_envs(np.arange(B), sim, np.arange(B))
-        self.sim_steps += B * H
-        rewards *= alive[:H]  # after termination a branch earns nothing
+        self.sim_steps += B * H * cfg.action_repeat
         # scores and advantages
         rtg = discounted_returns(rewards.T.reshape(n, g, H), cfg.gamma)  # (n, g, H)
         returns = rtg[:, :, 0]
@@ -336,7 +335,8 @@ class GroupRollout:
         return Batch(obs=obs_l, z=zl, logp_old=logp_old, mu_old=mul,
                      adv=torch.from_numpy(adv.reshape(B, L)).float(),
                      mask=torch.from_numpy(mask.reshape(B, L)), returns=returns,
-                     entropy=entropy, raw_obs=raw.reshape(H * B, nobs))
+                     entropy=entropy, raw_obs=raw.reshape(H * B, nobs),
+                     raw_loss_obs=raw[:L].transpose(0, 1))
 
 
 # =====================================================================
@@ -359,8 +359,8 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
             per_step = -clipped_surrogate(ratio, adv, eps_low, eps_high)
             if cfg.beta > 0 and ref is not None:
                 with torch.no_grad():
-                    logp_ref = gaussian_log_prob(batch.z[idx], ref.mu(batch.obs[idx]),
-                                                 ref.log_std)
+                    mu_ref = ref.mu(ref.normalise(batch.raw_loss_obs[idx]))
+                    logp_ref = gaussian_log_prob(batch.z[idx], mu_ref, ref.log_std)
                 per_step = per_step + cfg.beta * k3_kl(logp, logp_ref)
             loss = aggregate_loss(per_step, mask, cfg.loss_agg, L)
             opt.zero_grad(set_to_none=True)
@@ -381,8 +381,8 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
                                     mu, policy.log_std) * m).sum() / n)
         kl_ref = 0.0
         if ref is not None:
-            kl_ref = float((gaussian_kl(mu, policy.log_std, ref.mu(batch.obs), ref.log_std)
-                            * m).sum() / n)
+            mu_ref = ref.mu(ref.normalise(batch.raw_loss_obs))
+            kl_ref = float((gaussian_kl(mu, policy.log_std, mu_ref, ref.log_std) * m).sum() / n)
     return {"grad_norm": float(np.mean(grad_norms)), "clip_low": float(np.mean(clip_lo)),
             "clip_high": float(np.mean(clip_hi)), "kl_old": kl_old, "kl_ref": kl_ref}
 
@@ -429,12 +429,7 @@ class Trainer:
         self.policy.refresh_norm()
         self.iteration += 1
         if self.ref is not None and self.iteration % cfg.ref_refresh == 0:
-            self.ref.load_state_dict(self.policy.state_dict())
-            self.ref.obs_norm.load_state_dict(self.policy.obs_norm.state_dict())
-            self.ref.refresh_norm()
-        # the reference's normaliser follows the policy's so both read obs alike
-        if self.ref is not None:
-            self.ref._obs_mean, self.ref._obs_inv_std = self.policy._obs_mean, self.policy._obs_inv_std
+            self.ref = copy.deepcopy(self.policy)
         returns = batch.returns
         return {"iteration": self.iteration,
                 "branch_return": float(returns.mean()),

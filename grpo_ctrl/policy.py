@@ -194,9 +194,10 @@ def read_checkpoint(path: Path) -> dict:
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for a damaged file
-        raise UserError(f"{str(path)!r} is not a readable grpo-ctrl checkpoint ({type(e).__name__}: "
-                        f"{str(e).splitlines()[0] if str(e) else 'unreadable'}); retrain or "
-                        "point at another checkpoint") from None
+        reason = str(e).splitlines()[0] if str(e) else "unreadable"
+        raise UserError(f"{str(path)!r} is not a readable grpo-ctrl checkpoint "
+                        f"({type(e).__name__}: {reason}); retrain or point at another "
+                        "checkpoint") from None
     if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
         raise UserError(f"{str(path)!r} is not a grpo-ctrl policy checkpoint (format "
                         f"{ck.get('format') if isinstance(ck, dict) else type(ck).__name__!r}, "

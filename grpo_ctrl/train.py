@@ -79,7 +79,8 @@ def write_toml(path: Path, data: dict) -> None:
         if isinstance(v, bool):
             lines.append(f"{k} = {'true' if v else 'false'}")
         elif isinstance(v, (int, float)):
-            lines.append(f"{k} = {v!r}" if math.isfinite(v) else f"{k} = {'inf' if v > 0 else '-inf'}")
+            lines.append(f"{k} = {v!r}" if math.isfinite(v) else
+                         f"{k} = {'inf' if v > 0 else '-inf'}")
         else:
             lines.append(f"{k} = {json.dumps(str(v))}")
     tmp = path.with_suffix(".toml.tmp")
@@ -164,7 +165,7 @@ def plot_curve(metrics_path: Path, png: Path) -> None:
     ax[0, 0].set_ylabel("return")
     ax[0, 0].legend()
     ax[0, 1].plot(t, [r["branch_return"] for r in rows], lw=0.8)
-    ax[0, 1].set_ylabel(f"discounted branch return")
+    ax[0, 1].set_ylabel("discounted branch return")
     ax[1, 0].semilogy(t, [max(r["kl_old"], 1e-8) for r in rows], lw=0.8, label="KL(old||new)")
     ax[1, 0].semilogy(t, [max(r["clip_low"] + r["clip_high"], 1e-8) for r in rows], lw=0.8,
                       label="clip fraction")
@@ -197,7 +198,8 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
     start_wall, next_eval = wall, wall
     budget = cfg.time_budget if cfg.time_budget > 0 else math.inf
     bar = tqdm(total=None if math.isinf(budget) else round(budget, 1), unit="s",
-               disable=not progress, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}{postfix}]")
+               disable=not progress,
+               bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}{postfix}]")
     last_eval = None
     try:
         while wall - start_wall < budget and (cfg.iterations == 0 or
@@ -213,8 +215,8 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
             dt = time.perf_counter() - t0
             wall += dt
             row["wall_time"] = wall
-            row["sim_steps_per_s"] = (cfg.num_starts * cfg.group_size * cfg.horizon) / max(
-                row["rollout_s"], 1e-9)
+            row["sim_steps_per_s"] = (cfg.num_starts * cfg.group_size * cfg.horizon
+                                      * cfg.action_repeat) / max(row["rollout_s"], 1e-9)
             if folder is not None:
                 folder.log(row)
                 if row["eval_return"] is not None:
@@ -227,7 +229,8 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
                 best = max(best, last_eval)
             if not math.isinf(budget):
                 bar.update(min(dt, bar.total - bar.n))
-            bar.set_postfix_str(f"it {trainer.iteration} eval {last_eval if last_eval is not None else float('nan'):.1f} "
+            shown = last_eval if last_eval is not None else float("nan")
+            bar.set_postfix_str(f"it {trainer.iteration} eval {shown:.1f} "
                                 f"best {best:.1f} KL {row['kl_old']:.4f} "
                                 f"clip {row['clip_low'] + row['clip_high']:.3f} "
                                 f"sim {row['sim_steps_per_s'] / 1e6:.2f}M steps/s", refresh=False)

@@ -59,7 +59,7 @@ class SwingUpParams:
 
 # tuned on the batched simulator; `grpo-ctrl baselines` reports the result
 TUNING = {
-    ("pendulum", "gym"): SwingUpParams(k_energy=50.0, energy_margin=0.0, region_level=10.0),
+    ("pendulum", "gym"): SwingUpParams(k_energy=50.0, energy_margin=0.0, region_level=3.0),
     ("pendulum", "rig"): SwingUpParams(k_energy=50.0, energy_margin=0.02, region_level=10.0),
     ("cartpole", "gym"): SwingUpParams(k_energy=10.0, accel_limit=5.0, centre_freq=1.0,
                                        centre_damping=0.7, energy_margin=0.02,
