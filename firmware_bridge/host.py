@@ -280,6 +280,9 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
     or ``stop.set()`` end the run safely."""
     if not duration > 0:
         raise UserError(f"--duration must be positive, got {duration}")
+    if not Path(policy_path).is_file():
+        raise UserError(f"no ONNX controller at {str(policy_path)!r}; export one with "
+                        "`grpo-ctrl export ... --onnx FILE`")
     log = Path(log) if log else None
     plot = Path(plot) if plot else (log.with_suffix(".png") if log else None)
     link = Link(port, baudrate)
@@ -340,7 +343,7 @@ class _Loop:
         self.arming = False   # ARM sent, not yet confirmed
         self.ended = "completed"
         self.disarm_acked = False
-        self.t0 = time.monotonic()
+        self.t0 = self.start = time.monotonic()  # telemetry times count from t0
         self.elapsed = 0.0
 
     # -------------------------------------------------------------- accounting
@@ -463,8 +466,12 @@ class _Loop:
     def run(self, duration: float) -> None:
         link_timeout = max(0.25, 20 * self.period)
         try:
+            if self.stop.is_set():  # interrupted during the handshake: do not arm
+                self.ended = "interrupted"
+                self.safe_stop()
+                return
             self.arm()
-            self.t0 = start = time.monotonic()
+            self.start = start = time.monotonic()
             self.last_state_rx = last_rx = start
             next_keepalive = start + KEEPALIVE_AFTER * self.period
             while True:
@@ -486,8 +493,8 @@ class _Loop:
                 if now >= next_keepalive and hasattr(self, "last_obs"):
                     # no STATE this period (lost or late): keep the watchdog fed with
                     # the command for the newest observation, answering its state
-                    link_u = self.policy(self.last_obs)
-                    self.link.send(P.Command(link_u, self.last_state_seq))
+                    u = self.policy(self.last_obs)
+                    self.link.send(P.Command(u, self.last_state_seq))
                     self.r.keepalives += 1
                     next_keepalive = now + self.period
         except _DeviceStopped:
@@ -498,7 +505,7 @@ class _Loop:
             self.ended = "exception"
             self.safe_stop()
             raise
-        self.elapsed = time.monotonic() - self.t0
+        self.elapsed = time.monotonic() - self.start
         self.safe_stop()
 
     def safe_stop(self) -> None:
