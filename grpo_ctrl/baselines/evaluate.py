@@ -13,6 +13,16 @@ from grpo_ctrl.sim import BatchSim
 POLE = {"pendulum": (0, 1), "cartpole": (2, 3), "furuta": (1, 3)}
 UPRIGHT_TOL = 0.1   # rad: "upright" at the end of an episode
 STILL_TOL = 0.5     # rad/s: "still" at the end of an episode
+BALANCE_TILT = np.radians(10.0)  # rad: "balance from near upright" starts this far off
+
+
+def near_upright_start(system: str, tilt: float = BALANCE_TILT) -> dict:
+    """Model overrides for a start box around upright: the pendulum up to
+    ``tilt`` off, everything else within 0.05 of zero."""
+    nx = {"pendulum": 2, "cartpole": 4, "furuta": 4}[system]
+    high = np.full(nx, 0.05)
+    high[POLE[system][0]] = tilt
+    return {"x0_low": -high, "x0_high": high}
 
 
 @dataclass
@@ -48,3 +58,31 @@ def evaluate(controller, num_episodes: int, seed: int = 0, steps: int | None = N
         alive &= ~terminated
     x = sim.get_state()["x"]
     return Episodes(returns, alive & upright_and_still(spec.system, x), x)
+
+
+@torch.no_grad()
+def evaluate_on_gymnasium_pendulum(controller, num_episodes: int, seed: int = 0) -> Episodes:
+    """Run the controller on Gymnasium's own Pendulum-v1, episode i reset
+    with seed ``seed + i``: the independent reference for the ``gym``
+    preset. The environments step one by one in Python; the controller sees
+    all of them at once."""
+    import gymnasium
+
+    if (controller.spec.system, controller.spec.preset) != ("pendulum", "gym"):
+        raise ValueError("only a controller for pendulum/gym can run on Gymnasium's "
+                         f"Pendulum-v1, not {controller.spec.system}/{controller.spec.preset}")
+    envs = [gymnasium.make("Pendulum-v1") for _ in range(num_episodes)]
+    obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
+    returns = np.zeros(num_episodes)
+    ended = np.zeros(num_episodes, bool)
+    while not ended.all():
+        u = act(controller, obs)
+        for i, env in enumerate(envs):
+            if ended[i]:
+                continue
+            obs[i], reward, terminated, truncated, _ = env.step(u[i:i + 1])
+            returns[i] += reward
+            ended[i] = terminated or truncated
+    th = np.arctan2(obs[:, 1], obs[:, 0])
+    final_state = np.stack([th, obs[:, 2]], axis=1)
+    return Episodes(returns, upright_and_still("pendulum", final_state), final_state)

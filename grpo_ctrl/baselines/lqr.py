@@ -33,18 +33,21 @@ def solve_dare(A: np.ndarray, B: np.ndarray, Q: np.ndarray, R: np.ndarray,
     Gk = B @ np.linalg.solve(R, B.T)
     Hk = np.array(Q, dtype=float)
     I = np.eye(n)
-    for _ in range(max_iter):
-        W = I + Gk @ Hk
-        # A_k W^-1 and W^-1 A_k, the two solves each doubling step needs
-        AW = np.linalg.solve(W.T, Ak.T).T
-        WA = np.linalg.solve(W, Ak)
-        H_next = Hk + Ak.T @ Hk @ WA
-        Gk = Gk + AW @ Gk @ Ak.T
-        Ak = AW @ Ak
-        done = np.linalg.norm(H_next - Hk, 1) <= tol * max(1.0, np.linalg.norm(H_next, 1))
-        Hk = 0.5 * (H_next + H_next.T)
-        if done:
-            return Hk
+    with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported below
+        for _ in range(max_iter):
+            W = I + Gk @ Hk
+            # A_k W^-1 and W^-1 A_k, the two solves each doubling step needs
+            AW = np.linalg.solve(W.T, Ak.T).T
+            WA = np.linalg.solve(W, Ak)
+            H_next = Hk + Ak.T @ Hk @ WA
+            Gk = Gk + AW @ Gk @ Ak.T
+            Ak = AW @ Ak
+            if not np.all(np.isfinite(H_next)):
+                break
+            done = np.linalg.norm(H_next - Hk, 1) <= tol * max(1.0, np.linalg.norm(H_next, 1))
+            Hk = 0.5 * (H_next + H_next.T)
+            if done:
+                return Hk
     raise ValueError("the Riccati iteration did not converge: is (A, B) stabilisable "
                      "and Q positive semi-definite, R positive definite?")
 

@@ -1,25 +1,21 @@
-"""Energy-based swing-up with a switch to LQR near upright.
+"""Energy-based swing-up (Astrom and Furuta 2000) with a switch to LQR.
 
-Far from upright the controller drives the energy E of the plant towards
-its value at upright rest, E_up; near upright the LQR takes over.
+Far from upright the controller drives the pendulum's energy E (about its
+pivot, zero hanging at rest) towards its upright value E_up; near upright the
+LQR takes over.
 
-* Pendulum (Astrom and Furuta 2000): with E the pendulum's energy, a torque
-  u gives dE/dt = thd (u - friction), so u = k (E_up - E) thd, saturated,
-  raises or lowers E monotonically towards E_up.
-* Cart-pole and Furuta: the same idea on the actuated coordinate q (cart
-  position, arm angle) would let the cart or arm drift without bound, so we
-  use its Lyapunov extension (Lozano, Fantoni and Block 2000 for the
-  cart-pole; Fantoni and Lozano 2002 for the Furuta pendulum):
-  with E the total energy and generalised force tau on q,
-      V = (E - E_up)^2 / 2 + kv qd^2 / 2 + kq q^2 / 2,
-      dV/dt = qd ((E - E_up) tau + kv qdd + kq q),
-  and since qdd = f(x) + g(x) tau is affine in tau, the choice
-      tau = -(kv f + kq q + kd qd) / (E - E_up + kv g)
-  gives dV/dt = -kd qd^2 <= 0: the energy goes to E_up while the cart or
-  arm comes back to rest at the middle, i.e. the state approaches the
-  homoclinic orbit through upright. kv > E_up / min g keeps the denominator
-  positive everywhere (E >= 0). kq and kd are set by a natural frequency and
-  damping ratio of the cart/arm centring (qdd ~ -kq/kv q - kd/kv qd).
+* Pendulum: a torque u gives dE/dt = thd (u - friction), so
+  u = k (E_up - E) thd, saturated, moves E monotonically towards E_up.
+* Cart-pole and Furuta: the pendulum is pumped by the acceleration of its
+  pivot, dE/dt = c(x) qdd (pump_direction below), where q is the cart
+  position or the arm angle. Because qdd = f(x) + g(x) tau is affine in the
+  generalised force tau, the input is computed so that q follows a chosen
+  acceleration v exactly (collocated partial feedback linearisation, Spong
+  1995): tau = (v - f) / g, with
+      v = clip(k (E_up - E) sign(c), +-a_max) - w^2 q - 2 z w qd,
+  Astrom and Furuta's pivot law plus a PD that keeps the cart or arm near
+  the middle of its range. The acceleration cap a_max sets how hard the
+  pumping is and so how far the cart or arm travels.
 
 The switch is a region test, not a memory: LQR acts inside the level set
 x'Px < c of its cost-to-go, the energy law outside it. The cart's position
@@ -29,8 +25,8 @@ of the observation keeps the controller stateless, so its ONNX and C exports
 compute exactly the function of the torch module; a hysteresis would need
 the last mode as a state.
 
-Every energy target carries a small margin so that the pendulum reaches the
-top with some speed instead of creeping along the homoclinic orbit.
+An energy target a little above E_up makes the pendulum reach the top with
+some speed instead of creeping along the homoclinic orbit.
 """
 from __future__ import annotations
 
@@ -61,9 +57,10 @@ class SwingUpParams:
 TUNING = {
     ("pendulum", "gym"): SwingUpParams(k_energy=50.0, energy_margin=0.0, region_level=3.0),
     ("pendulum", "rig"): SwingUpParams(k_energy=50.0, energy_margin=0.02, region_level=10.0),
+    # Gymnasium's CartPole ends at 12 degrees: LQR must own all of that
     ("cartpole", "gym"): SwingUpParams(k_energy=10.0, accel_limit=5.0, centre_freq=1.0,
                                        centre_damping=0.7, energy_margin=0.02,
-                                       region_level=10.0),
+                                       region_level=100.0),
     ("cartpole", "swingup"): SwingUpParams(k_energy=10.0, accel_limit=5.0, centre_freq=1.0,
                                            centre_damping=0.7, energy_margin=0.02,
                                            region_level=10.0),
@@ -75,7 +72,8 @@ TUNING = {
 
 class SwingUpLQR(nn.Module):
     """Energy control outside the LQR's region, LQR inside it. Subclasses
-    supply the plant's energy law ``pump(x)``."""
+    supply the plant's energy law ``pump(x)``; ``p`` holds the plant's
+    nominal parameters by name."""
 
     def __init__(self, spec: PlantSpec, lqr: LQRDesign, params: dict[str, float],
                  tuning: SwingUpParams):
@@ -101,7 +99,7 @@ class SwingUpLQR(nn.Module):
 
 
 class PendulumSwingUp(SwingUpLQR):
-    def energy(self, x):
+    def pole_energy(self, x):
         g, m, l = self.p["g"], self.p["m"], self.p["l"]
         th, thd = x[:, 0:1], x[:, 1:2]
         return 0.5 * (m * l * l / 3.0) * thd * thd + 0.5 * m * g * l * (1.0 + torch.cos(th))
@@ -109,25 +107,23 @@ class PendulumSwingUp(SwingUpLQR):
     def pump(self, x):
         g, m, l = self.p["g"], self.p["m"], self.p["l"]
         target = m * g * l * (1.0 + self.tuning.energy_margin)
-        return self.tuning.k_energy * (target - self.energy(x)) * x[:, 1:2]
+        return self.tuning.k_energy * (target - self.pole_energy(x)) * x[:, 1:2]
 
 
 class CollocatedSwingUp(SwingUpLQR):
-    """Energy pumping through the actuated coordinate q (cart position or
-    arm angle) for a pendulum carried by it. The input is computed so that
-    q's acceleration equals a chosen v (collocated partial feedback
-    linearisation, Spong 1995: qdd = f(x) + g(x) tau is affine in tau), and
-    v is Astrom and Furuta's pivot law plus a PD that keeps q near zero:
-        v = clip(k (E_up - E) sign(pump_direction), +-a_max) - w^2 q - 2 z w qd.
-    Subclasses give the pendulum energy, its upright value, the affine parts
-    (f, g), the direction in which q's acceleration adds energy, and the map
-    from generalised force to actuator command."""
+    """Energy pumping through the pivot's acceleration for a pendulum on a
+    cart or arm (see the module's docstring). Subclasses give the pendulum
+    energy, its upright value, the affine parts (f, g) of the actuated
+    acceleration, the sign of the pumping acceleration and the map from
+    generalised force to actuator command."""
     upright_energy: float
+    velocity_index: int  # where the cart's or arm's velocity sits in the state
 
     def pump(self, x):
         t = self.tuning
         f, g = self.accel_affine(x)
-        q, qd = x[:, 0:1], x[:, ACTUATED_VELOCITY[self.spec.system]:][:, 0:1]
+        i = self.velocity_index
+        q, qd = x[:, 0:1], x[:, i:i + 1]
         target = self.upright_energy * (1.0 + t.energy_margin)
         push = torch.clamp(t.k_energy * (target - self.pole_energy(x))
                            * torch.sign(self.pump_direction(x)), -t.accel_limit, t.accel_limit)
@@ -137,10 +133,11 @@ class CollocatedSwingUp(SwingUpLQR):
 
 class CartPoleSwingUp(CollocatedSwingUp):
     """Gymnasium's cart-pole equations (pole half-length l, theta clockwise)."""
+    velocity_index = 1
 
     def __init__(self, spec, lqr, params, tuning):
-        self.upright_energy = 2.0 * params["mp"] * params["g"] * params["l"]
         super().__init__(spec, lqr, params, tuning)
+        self.upright_energy = 2.0 * params["mp"] * params["g"] * params["l"]
 
     def pole_energy(self, x):
         """The pole's energy about its hinge, zero hanging at rest."""
@@ -171,10 +168,11 @@ class CartPoleSwingUp(CollocatedSwingUp):
 
 class FurutaSwingUp(CollocatedSwingUp):
     """The Qube-Servo 2 equations of csrc/plants.c, driven by arm torque."""
+    velocity_index = 2
 
     def __init__(self, spec, lqr, params, tuning):
-        self.upright_energy = params["mp"] * params["g"] * params["lp"]
         super().__init__(spec, lqr, params, tuning)
+        self.upright_energy = params["mp"] * params["g"] * params["lp"]
 
     def _inertia(self, al):
         p = self.p
@@ -213,7 +211,6 @@ class FurutaSwingUp(CollocatedSwingUp):
         return self.p["rm"] / self.p["km"] * tau + self.p["km"] * x[:, 2:3]
 
 
-ACTUATED_VELOCITY = {"cartpole": 1, "furuta": 2}
 _CLASSES = {"pendulum": PendulumSwingUp, "cartpole": CartPoleSwingUp, "furuta": FurutaSwingUp}
 
 

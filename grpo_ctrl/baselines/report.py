@@ -1,0 +1,157 @@
+"""``grpo-ctrl baselines``: the classic controllers on every plant, as a table.
+
+Evaluates ``lqr`` and ``swingup-lqr`` on every preset of every plant over N
+episodes of the batched C simulator (and the ``gym`` pendulum also on
+Gymnasium's own Pendulum-v1, the independent reference), prints a markdown
+report and writes it to ``docs/baselines.md``.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from grpo_ctrl.baselines import NAMES, make_controller
+from grpo_ctrl.baselines.evaluate import (BALANCE_TILT, STILL_TOL, UPRIGHT_TOL, evaluate,
+                                          evaluate_on_gymnasium_pendulum, near_upright_start)
+from grpo_ctrl.errors import UserError
+from grpo_ctrl.sim import presets, systems
+
+INTRO = f"""# Classic control baselines
+
+Written by `grpo-ctrl baselines` (do not edit by hand; rerun it). Each
+controller is a stateless function of the observation (`grpo_ctrl.baselines`),
+evaluated over many episodes from the preset's own start distribution.
+*Success*: the episode never terminated and ends with the pendulum within
+{UPRIGHT_TOL} rad of upright, turning slower than {STILL_TOL} rad/s.
+
+* `lqr`: discrete LQR about upright on the simulator's own one-step map
+  (finite differences through the C simulator), with Q and R the task's
+  per-step quadratic cost (`w_x`, `w_u`); Gymnasium's CartPole has no such
+  cost and gets Bryson's rule. The Riccati equation is solved in numpy by
+  structure-preserving doubling.
+* `swingup-lqr`: energy-based swing-up (Astrom and Furuta 2000) outside a
+  region around upright, LQR inside it. For the pendulum the torque pumps the
+  energy directly; for the cart-pole and the Furuta pendulum the input is
+  computed so that the cart or arm follows a chosen acceleration (collocated
+  partial feedback linearisation), which pumps the pendulum's energy and, with
+  a PD term, keeps the cart or arm near the middle.
+
+**Why a region and not a hysteresis.** The switch to LQR is a region test:
+LQR acts where the LQR cost-to-go x'Px (without the cart position or arm
+angle, which do not enter the dynamics) is below a level, energy control
+elsewhere. A hysteresis would need the last mode as controller state; a pure
+function of the observation keeps every controller stateless, so its ONNX
+and C exports are provably the same function as the torch module. The energy
+law drives the state onto the homoclinic orbit through upright, which passes
+through the region, so no chattering between modes showed up in any
+evaluation below.
+"""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--episodes", type=int, default=1000,
+                        help="episodes per controller and plant (default: 1000)")
+    parser.add_argument("--seed", type=int, default=0, help="first seed (default: 0)")
+    parser.add_argument("--output", default="docs/baselines.md",
+                        help="where to write the markdown report (default: docs/baselines.md)")
+    parser.add_argument("--no-gymnasium", action="store_true",
+                        help="skip the run on Gymnasium's own Pendulum-v1")
+
+
+def _row(cells) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _results_table(rows) -> list[str]:
+    lines = [_row(["plant", "preset", "controller", "start", "simulator", "episodes",
+                   "return mean", "median", "worst", "success"]),
+             _row(["---"] * 5 + ["---:"] * 5)]
+    for system, preset, name, start, simulator, ep in rows:
+        r = ep.returns
+        lines.append(_row([system, preset, f"`{name}`", start, simulator, len(r),
+                           f"{r.mean():.1f}",
+                           f"{np.median(r):.1f}", f"{r.min():.1f}",
+                           f"{100 * ep.success.mean():.1f} %"]))
+    return lines
+
+
+def _design_table(designs) -> list[str]:
+    lines = [_row(["plant", "preset", "Q (diagonal)", "R", "gain K (u = -K x)",
+                   "closed-loop poles (z)"]),
+             _row(["---"] * 6)]
+    for system, preset, d in designs:
+        poles = sorted(d.poles, key=lambda z: (-abs(z), -z.imag))
+        lines.append(_row([system, preset, _numbers(np.diag(d.Q)), f"{d.R[0, 0]:.4g}",
+                           _numbers(d.K[0]), ", ".join(
+                               f"{z.real:.4f}{z.imag:+.4f}j" if z.imag else f"{z.real:.4f}"
+                               for z in poles)]))
+    return lines
+
+
+def _numbers(v) -> str:
+    return "[" + ", ".join(f"{x:.4g}" for x in v) + "]"
+
+
+def build_report(episodes: int, seed: int, gymnasium: bool) -> str:
+    rows, designs = [], []
+    tilted = f"up to {np.degrees(BALANCE_TILT):.0f} deg off upright"
+    for system in systems():
+        for preset in presets(system):
+            for name in NAMES:
+                controller = make_controller(name, system, preset)
+                if name == "lqr":
+                    designs.append((system, preset, controller.lqr))
+                rows.append((system, preset, name, "preset", "C (batched)",
+                             evaluate(controller, episodes, seed=seed)))
+                if gymnasium and (system, preset) == ("pendulum", "gym"):
+                    rows.append((system, preset, name, "preset", "Gymnasium Pendulum-v1",
+                                 evaluate_on_gymnasium_pendulum(controller, episodes, seed)))
+                rows.append((system, preset, name, tilted, "C (batched)",
+                             evaluate(controller, episodes, seed=seed,
+                                      **near_upright_start(system))))
+    lines = [INTRO, "## Results", "", *_results_table(rows), "",
+             f"Seeds {seed} to {seed + episodes - 1} (Gymnasium: episode i reset with seed i). "
+             "*Start*: the preset's own start distribution, or a balance test from a "
+             "uniform start with the pendulum up to "
+             f"{np.degrees(BALANCE_TILT):.0f} degrees off upright and every other state "
+             "component within 0.05 of zero.", "",
+             "## LQR designs", "", "State order: " + "; ".join(
+                 f"{s}: {', '.join(make_controller('lqr', s).spec.state_names)}" for s in systems())
+             + ". Poles of the discrete closed loop, largest first.", "",
+             *_design_table(designs), ""]
+    return "\n".join(lines)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=path.name + ".",
+                                     suffix=".tmp", delete=False) as f:
+        f.write(text)
+    os.replace(f.name, path)
+
+
+def run(args) -> int:
+    if args.episodes < 1:
+        raise UserError(f"--episodes must be a positive number, got {args.episodes}")
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise UserError(f"cannot write {out}: folder {out.parent} does not exist; create it "
+                        "or pass another --output")
+    gymnasium = not args.no_gymnasium
+    if gymnasium:
+        try:
+            import gymnasium  # noqa: F401
+        except ImportError:
+            raise UserError("the reference run needs Gymnasium: pip install 'grpo-ctrl[gym]', "
+                            "or pass --no-gymnasium") from None
+    torch.set_num_threads(1)  # batched forwards of tiny models: threads only add overhead
+    start = time.perf_counter()
+    text = build_report(args.episodes, args.seed, bool(gymnasium))
+    _write_atomically(out, text)
+    print(text)
+    print(f"wrote {out} in {time.perf_counter() - start:.0f} s")
+    return 0
