@@ -138,6 +138,17 @@ def test_swingup_brings_every_episode_up_from_hanging(system, preset):
     assert ep.success.all()
 
 
+@pytest.mark.parametrize("system,preset", [("pendulum", "gym"), ("pendulum", "rig"),
+                                           ("cartpole", "swingup"), ("furuta", "qube-servo2")])
+def test_swingup_leaves_exact_rest_at_the_bottom(system, preset):
+    # hanging perfectly still (an encoder-differenced speed is exactly zero) is an
+    # equilibrium of every energy law whose push is proportional to a velocity
+    rest = {"pendulum": [np.pi, 0.0], "cartpole": [0.0, 0.0, np.pi, 0.0],
+            "furuta": [0.0, np.pi, 0.0, 0.0]}[system]
+    ep = evaluate(make_controller("swingup-lqr", system, preset), 1, x0_low=rest, x0_high=rest)
+    assert ep.success.all()
+
+
 @pytest.mark.parametrize("start", ["hanging", "near upright"])
 def test_rig_swingup_survives_latency_and_sensor_noise(start):
     # the serial bridge sees the 2048-count encoder (in the preset), a few
@@ -157,7 +168,8 @@ def test_swingup_model_matches_the_simulator(system, preset):
     rng = np.random.default_rng(2)
     X = rng.normal(size=(16, 4)) * [0.5, 2.0, 3.0, 5.0]
     U = rng.normal(size=16) * 3.0
-    f, g = c.accel_affine(torch.tensor(X, dtype=torch.float64))
+    angle = torch.tensor(X[:, 2 if system == "cartpole" else 1:][:, :1], dtype=torch.float64)
+    f, g = c.accel_affine(torch.tensor(X, dtype=torch.float64), torch.cos(angle), torch.sin(angle))
     q_dd = 1 if system == "cartpole" else 2
     for i in range(16):
         if system == "furuta":

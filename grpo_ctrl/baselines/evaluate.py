@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from grpo_ctrl.baselines.lqr import obs_to_state
 from grpo_ctrl.controller import act
 from grpo_ctrl.sim import BatchSim
 
@@ -30,6 +31,29 @@ class Episodes:
     returns: np.ndarray      # (N,) undiscounted return
     success: np.ndarray      # (N,) never terminated, upright and still at the end
     final_state: np.ndarray  # (N, nx)
+    mode_switches: np.ndarray | None = None  # (N,) hand-overs between energy control and LQR
+
+
+class _ModeSwitches:
+    """Counts, per episode, how often a switching controller (one with
+    ``in_lqr_region``) changes mode: the evidence that a memoryless region
+    switch does not chatter."""
+
+    def __init__(self, controller, n: int):
+        self.region = getattr(controller, "in_lqr_region", None)
+        self.system = controller.spec.system
+        self.count, self.last = np.zeros(n, int), None
+
+    def see(self, obs: np.ndarray, alive: np.ndarray) -> None:
+        if self.region is None:
+            return
+        inside = self.region(obs_to_state(self.system, torch.as_tensor(obs)))[:, 0].numpy()
+        if self.last is not None:
+            self.count += (inside != self.last) & alive
+        self.last = inside
+
+    def result(self) -> np.ndarray | None:
+        return None if self.region is None else self.count
 
 
 def upright_and_still(system: str, x: np.ndarray) -> np.ndarray:
@@ -52,12 +76,14 @@ def evaluate(controller, num_episodes: int, seed: int = 0, steps: int | None = N
     obs = sim.reset()
     returns = np.zeros(num_episodes)
     alive = np.ones(num_episodes, bool)
+    switches = _ModeSwitches(controller, num_episodes)
     for _ in range(steps):
+        switches.see(obs, alive)
         obs, reward, terminated, _ = sim.step(act(controller, obs))
         returns += np.where(alive, reward, 0.0)
         alive &= ~terminated
     x = sim.get_state()["x"]
-    return Episodes(returns, alive & upright_and_still(spec.system, x), x)
+    return Episodes(returns, alive & upright_and_still(spec.system, x), x, switches.result())
 
 
 @torch.no_grad()
@@ -75,7 +101,9 @@ def evaluate_on_gymnasium_pendulum(controller, num_episodes: int, seed: int = 0)
     obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
     returns = np.zeros(num_episodes)
     ended = np.zeros(num_episodes, bool)
+    switches = _ModeSwitches(controller, num_episodes)
     while not ended.all():
+        switches.see(obs, ~ended)
         u = act(controller, obs)
         for i, env in enumerate(envs):
             if ended[i]:
@@ -85,4 +113,5 @@ def evaluate_on_gymnasium_pendulum(controller, num_episodes: int, seed: int = 0)
             ended[i] = terminated or truncated
     th = np.arctan2(obs[:, 1], obs[:, 0])
     final_state = np.stack([th, obs[:, 2]], axis=1)
-    return Episodes(returns, upright_and_still("pendulum", final_state), final_state)
+    return Episodes(returns, upright_and_still("pendulum", final_state), final_state,
+                    switches.result())

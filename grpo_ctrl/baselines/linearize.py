@@ -90,7 +90,7 @@ def discrete_by_simulation(sim: BatchSim, x0=None, u0: float = 0.0, eps_x: float
     u[-1] -= np.float32(eps_u)
     du = float(u[-2]) - float(u[-1])  # the float32 step actually taken
     param = sim.get_state()["param"][:1].repeat(2 * nx + 2, axis=0)
-    probes.set_state({"x": X, "param": param, "t": np.zeros(2 * nx + 2, np.int32)})
+    probes.set_state({"x": X, "param": param})
     probes.step(u)
     Xn = probes.get_state()["x"]
     Ad = np.stack([(Xn[2 * k] - Xn[2 * k + 1]) / (2 * eps_x) for k in range(nx)], axis=1)

@@ -20,8 +20,6 @@ from torch import nn
 from grpo_ctrl.baselines.linearize import discrete_by_simulation, equilibrium
 from grpo_ctrl.sim import BatchSim, PlantSpec
 
-ALL_ANGLES = {"pendulum": (0,), "cartpole": (2,), "furuta": (0, 1)}
-
 
 def solve_dare(A: np.ndarray, B: np.ndarray, Q: np.ndarray, R: np.ndarray,
                tol: float = 1e-12, max_iter: int = 100) -> np.ndarray:

@@ -86,28 +86,41 @@ class SwingUpLQR(nn.Module):
         keep[0, list(CYCLIC[spec.system])] = 0.0
         self.register_buffer("catch_coords", keep)
 
-    def pump(self, x: torch.Tensor) -> torch.Tensor:
+    def pump(self, x: torch.Tensor, c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """The energy law's command for states x (N, nx) whose pole angle has
+        cosine c and sine s (N, 1)."""
         raise NotImplementedError
+
+    def in_lqr_region(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, 1) bool: whether states x (N, nx) are in the LQR's region."""
+        xc = x * self.catch_coords
+        return ((xc @ self.cost_to_go) * xc).sum(dim=1, keepdim=True) < self.tuning.region_level
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs_to_state(self.spec.system, obs)
-        u_lqr = -(x @ self.gain.T)
-        xc = x * self.catch_coords
-        level = ((xc @ self.cost_to_go) * xc).sum(dim=1, keepdim=True)
-        u = torch.where(level < self.tuning.region_level, u_lqr, self.pump(x))
+        # the energy laws take the pole's cosine and sine from the observation
+        # itself: exact, and no cos(atan2(...)) round trip to differ between
+        # torch and an ONNX runtime
+        i = POLE_TRIG[self.spec.system]
+        c, s = obs[:, i:i + 1], obs[:, i + 1:i + 2]
+        u = torch.where(self.in_lqr_region(x), -(x @ self.gain.T), self.pump(x, c, s))
         return torch.clamp(u, -self.spec.u_max, self.spec.u_max)
 
 
 class PendulumSwingUp(SwingUpLQR):
-    def pole_energy(self, x):
+    def pole_energy(self, x, c):
         g, m, l = self.p["g"], self.p["m"], self.p["l"]
-        th, thd = x[:, 0:1], x[:, 1:2]
-        return 0.5 * (m * l * l / 3.0) * thd * thd + 0.5 * m * g * l * (1.0 + torch.cos(th))
+        thd = x[:, 1:2]
+        return 0.5 * (m * l * l / 3.0) * thd * thd + 0.5 * m * g * l * (1.0 + c)
 
-    def pump(self, x):
+    def pump(self, x, c, s):
         g, m, l = self.p["g"], self.p["m"], self.p["l"]
         target = m * g * l * (1.0 + self.tuning.energy_margin)
-        return self.tuning.k_energy * (target - self.pole_energy(x)) * x[:, 1:2]
+        thd = x[:, 1:2]
+        # at rest (an encoder-differenced speed is exactly 0) pump as if moving
+        # at 1 rad/s: the law alone would never leave the hanging equilibrium
+        moving = torch.where(thd == 0.0, torch.ones_like(thd), thd)
+        return self.tuning.k_energy * (target - self.pole_energy(x, c)) * moving
 
 
 class CollocatedSwingUp(SwingUpLQR):
@@ -119,14 +132,16 @@ class CollocatedSwingUp(SwingUpLQR):
     upright_energy: float
     velocity_index: int  # where the cart's or arm's velocity sits in the state
 
-    def pump(self, x):
+    def pump(self, x, c, s):
         t = self.tuning
-        f, g = self.accel_affine(x)
+        f, g = self.accel_affine(x, c, s)
         i = self.velocity_index
         q, qd = x[:, 0:1], x[:, i:i + 1]
         target = self.upright_energy * (1.0 + t.energy_margin)
-        push = torch.clamp(t.k_energy * (target - self.pole_energy(x))
-                           * torch.sign(self.pump_direction(x)), -t.accel_limit, t.accel_limit)
+        # sign(0) taken as +1, so that rest at the bottom is left too
+        direction = torch.where(self.pump_direction(x, c) >= 0.0, 1.0, -1.0)
+        push = torch.clamp(t.k_energy * (target - self.pole_energy(x, c)) * direction,
+                           -t.accel_limit, t.accel_limit)
         v = push - t.centre_freq ** 2 * q - 2.0 * t.centre_damping * t.centre_freq * qd
         return self.command((v - f) / g, x)
 
@@ -139,22 +154,21 @@ class CartPoleSwingUp(CollocatedSwingUp):
         super().__init__(spec, lqr, params, tuning)
         self.upright_energy = 2.0 * params["mp"] * params["g"] * params["l"]
 
-    def pole_energy(self, x):
+    def pole_energy(self, x, c):
         """The pole's energy about its hinge, zero hanging at rest."""
         g, mp, l = self.p["g"], self.p["mp"], self.p["l"]
-        th, thd = x[:, 2:3], x[:, 3:4]
-        return 0.5 * (4.0 / 3.0 * mp * l * l) * thd * thd + mp * g * l * (1.0 + torch.cos(th))
+        thd = x[:, 3:4]
+        return 0.5 * (4.0 / 3.0 * mp * l * l) * thd * thd + mp * g * l * (1.0 + c)
 
-    def pump_direction(self, x):
+    def pump_direction(self, x, c):
         """A cart acceleration a gives the pole dE/dt = -mp l a thd cos th."""
-        return -x[:, 3:4] * torch.cos(x[:, 2:3])
+        return -x[:, 3:4] * c
 
-    def accel_affine(self, x):
+    def accel_affine(self, x, c, s):
         """Cart acceleration = f + g * force."""
         g, mc, mp, l = self.p["g"], self.p["mc"], self.p["mp"], self.p["l"]
         total = mc + mp
-        th, thd = x[:, 2:3], x[:, 3:4]
-        c, s = torch.cos(th), torch.sin(th)
+        thd = x[:, 3:4]
         denom = l * (4.0 / 3.0 - mp * c * c / total)
         temp0 = mp * l * thd * thd * s / total          # temp at zero force
         thacc0 = (g * s - c * temp0) / denom
@@ -174,33 +188,27 @@ class FurutaSwingUp(CollocatedSwingUp):
         super().__init__(spec, lqr, params, tuning)
         self.upright_energy = params["mp"] * params["g"] * params["lp"]
 
-    def _inertia(self, al):
-        p = self.p
-        s, c = torch.sin(al), torch.cos(al)
-        m11 = p["jr"] + p["mp"] * p["lr"] ** 2 + 0.25 * p["mp"] * p["lp"] ** 2 * s * s
-        m12 = -0.5 * p["mp"] * p["lp"] * p["lr"] * c
-        m22 = p["jp"] + 0.25 * p["mp"] * p["lp"] ** 2
-        return m11, m12, m22
-
-    def pole_energy(self, x):
+    def pole_energy(self, x, c):
         """The pendulum's energy about its pivot, zero hanging at rest."""
         p = self.p
-        al, ald = x[:, 1:2], x[:, 3:4]
+        ald = x[:, 3:4]
         return (0.5 * (p["jp"] + 0.25 * p["mp"] * p["lp"] ** 2) * ald * ald
-                + 0.5 * p["mp"] * p["g"] * p["lp"] * (1.0 + torch.cos(al)))
+                + 0.5 * p["mp"] * p["g"] * p["lp"] * (1.0 + c))
 
-    def pump_direction(self, x):
+    def pump_direction(self, x, c):
         """An arm acceleration thdd gives the pendulum
         dE/dt = (mp lp lr / 2) thdd ald cos al (plus a centrifugal term)."""
-        return x[:, 3:4] * torch.cos(x[:, 1:2])
+        return x[:, 3:4] * c
 
-    def accel_affine(self, x):
-        """Arm acceleration = f + g * torque."""
+    def accel_affine(self, x, c, s):
+        """Arm acceleration = f + g * torque, from the mass matrix
+        M = [[m11, m12], [m12, m22]] and the remaining forces (r1, r2)."""
         p = self.p
-        al, thd, ald = x[:, 1:2], x[:, 2:3], x[:, 3:4]
-        s, c = torch.sin(al), torch.cos(al)
-        m11, m12, m22 = self._inertia(al)
         mp, lp, lr = p["mp"], p["lp"], p["lr"]
+        thd, ald = x[:, 2:3], x[:, 3:4]
+        m11 = p["jr"] + mp * lr * lr + 0.25 * mp * lp * lp * s * s
+        m12 = -0.5 * mp * lp * lr * c
+        m22 = p["jp"] + 0.25 * mp * lp * lp
         r1 = -p["dr"] * thd - 0.5 * mp * lp * lp * s * c * thd * ald - 0.5 * mp * lp * lr * s * ald * ald
         r2 = -p["dp"] * ald + 0.25 * mp * lp * lp * s * c * thd * thd + 0.5 * mp * p["g"] * lp * s
         det = m11 * m22 - m12 * m12
@@ -211,6 +219,8 @@ class FurutaSwingUp(CollocatedSwingUp):
         return self.p["rm"] / self.p["km"] * tau + self.p["km"] * x[:, 2:3]
 
 
+# where the pole angle's cosine (and, next to it, sine) sits in the observation
+POLE_TRIG = {"pendulum": 0, "cartpole": 2, "furuta": 2}
 _CLASSES = {"pendulum": PendulumSwingUp, "cartpole": CartPoleSwingUp, "furuta": FurutaSwingUp}
 
 
