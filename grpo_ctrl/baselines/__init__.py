@@ -7,10 +7,9 @@
 """
 from __future__ import annotations
 
+from grpo_ctrl.controller import BASELINES
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.sim import presets, systems
-
-NAMES = ("lqr", "swingup-lqr")
 
 
 def make_controller(name: str, system: str, preset: str | None = None):
@@ -26,4 +25,4 @@ def make_controller(name: str, system: str, preset: str | None = None):
     if name == "swingup-lqr":
         from grpo_ctrl.baselines.swingup import make_swingup_lqr
         return make_swingup_lqr(system, preset)
-    raise UserError(f"unknown baseline {name!r}; choose one of {', '.join(NAMES)}")
+    raise UserError(f"unknown baseline {name!r}; choose one of {', '.join(BASELINES)}")

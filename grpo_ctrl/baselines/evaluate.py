@@ -111,7 +111,8 @@ def evaluate_on_gymnasium_pendulum(controller, num_episodes: int, seed: int = 0)
             obs[i], reward, terminated, truncated, _ = env.step(u[i:i + 1])
             returns[i] += reward
             ended[i] = terminated or truncated
-    th = np.arctan2(obs[:, 1], obs[:, 0])
-    final_state = np.stack([th, obs[:, 2]], axis=1)
+    final_state = np.array([env.unwrapped.state for env in envs])
+    for env in envs:
+        env.close()
     return Episodes(returns, upright_and_still("pendulum", final_state), final_state,
                     switches.result())

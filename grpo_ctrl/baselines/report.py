@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from grpo_ctrl.baselines import NAMES, make_controller
+from grpo_ctrl.baselines import make_controller
 from grpo_ctrl.baselines.evaluate import (BALANCE_TILT, STILL_TOL, UPRIGHT_TOL, evaluate,
                                           evaluate_on_gymnasium_pendulum, near_upright_start)
+from grpo_ctrl.controller import BASELINES
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.sim import presets, systems
 
@@ -102,7 +103,7 @@ def build_report(episodes: int, seed: int, gymnasium: bool) -> str:
     tilted = f"up to {np.degrees(BALANCE_TILT):.0f} deg off upright"
     for system in systems():
         for preset in presets(system):
-            for name in NAMES:
+            for name in BASELINES:
                 controller = make_controller(name, system, preset)
                 if name == "lqr":
                     designs.append((system, preset, controller.lqr))

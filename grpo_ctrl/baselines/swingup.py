@@ -209,7 +209,8 @@ class FurutaSwingUp(CollocatedSwingUp):
         m11 = p["jr"] + mp * lr * lr + 0.25 * mp * lp * lp * s * s
         m12 = -0.5 * mp * lp * lr * c
         m22 = p["jp"] + 0.25 * mp * lp * lp
-        r1 = -p["dr"] * thd - 0.5 * mp * lp * lp * s * c * thd * ald - 0.5 * mp * lp * lr * s * ald * ald
+        r1 = (-p["dr"] * thd - 0.5 * mp * lp * lp * s * c * thd * ald
+              - 0.5 * mp * lp * lr * s * ald * ald)
         r2 = -p["dp"] * ald + 0.25 * mp * lp * lp * s * c * thd * thd + 0.5 * mp * p["g"] * lp * s
         det = m11 * m22 - m12 * m12
         return (m22 * r1 - m12 * r2) / det, m22 / det
