@@ -103,7 +103,7 @@ SYSTEM_DEFAULTS = {
     # exploration noise is not averaged away within the pendulum's time constant; the
     # deployed controller still acts every step. Without it: 0 % success after 300 s.
     ("furuta", "qube-servo2"): {"action_repeat": 5, "horizon": 120, "loss_steps": 60,
-                                "gamma": 0.99, "time_budget": 180.0, "eval_every": 20.0,
+                                "gamma": 0.99, "time_budget": 120.0, "eval_every": 20.0,
                                 "eval_episodes": 50},
 }
 
