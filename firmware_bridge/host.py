@@ -181,6 +181,7 @@ def load_policy(path, info: P.Info, features: Features, warn=print):
     if list(meta["obs_names"]) != features.obs_names:
         raise UserError(f"refusing to arm: {str(path)!r} expects observations "
                         f"{meta['obs_names']}, the device gives {features.obs_names}")
+    policy(np.zeros(len(features.obs_names), np.float32))  # warm up before the clock starts
     if meta.get("preset") != info.preset:
         warn(f"note: the policy was made for preset {meta.get('preset')!r}, the device is "
              f"{info.preset!r} (same system, layout and limits: running it)")
@@ -259,7 +260,7 @@ class _Run:
     keepalives: int = 0
     stale: int = 0
     armed_states: int = 0
-    latencies_us: dict = field(default_factory=dict)   # cmd_seq -> device-measured latency
+    latencies_us: list = field(default_factory=list)   # device-measured, per period
     compute_us: list = field(default_factory=list)
     t: list = field(default_factory=list)              # device time, s
     angle: list = field(default_factory=list)
@@ -386,7 +387,7 @@ class _Loop:
             if not s.flags & P.FLAG_FRESH and r.armed_states > 2:
                 r.stale += 1
             if s.latency_us != LATENCY_UNKNOWN:
-                r.latencies_us[s.cmd_seq] = s.latency_us
+                r.latencies_us.append(s.latency_us)
         self.last_obs, self.last_state_seq, self.last_state_rx = obs, f.seq, rx
         r.t.append(s.t_us * 1e-6)
         r.angle.append(self.features.angle(obs))
@@ -524,7 +525,7 @@ class _Loop:
     # -------------------------------------------------------------- summary
     def summary(self) -> dict:
         r, d = self.r, self.link.decoder
-        lat = np.array(list(r.latencies_us.values()), float) * 1e-3
+        lat = np.array(r.latencies_us, float) * 1e-3
         comp = np.array(r.compute_us, float) * 1e-3
         span = ((r.last_t_us - r.first_t_us) * 1e-6) if r.states > 1 else 0.0
         q = (lambda a, p: float(np.percentile(a, p)) if a.size else float("nan"))

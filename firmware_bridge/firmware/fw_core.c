@@ -22,7 +22,7 @@ void fw_init(fw_device *d, const fw_config *cfg, const fw_hw *hw)
   proto_decoder_init(&d->rx);
   d->mode = MODE_DISARMED;
   d->u_limit = cfg->u_max;
-  d->applied_latency_us = LATENCY_UNKNOWN;
+  d->rx_latency_max_us = LATENCY_UNKNOWN;
   d->hw.write_actuator(d->hw.ctx, 0.0f);
 }
 
@@ -171,10 +171,13 @@ static void on_command(fw_device *d, const proto_frame *f, uint64_t now)
   d->pending_u = c.u > d->u_limit ? d->u_limit : (c.u < -d->u_limit ? -d->u_limit : c.u);
   d->pending_seq = f->seq;
   d->pending_fresh_for = c.state_seq == d->last_state_seq && d->hist_n > 0;
-  d->pending_latency_us = LATENCY_UNKNOWN;
+  /* the latency of this command: its STATE's tick to now. Every command
+   * counts, including a late one that a fresher one overwrites. */
   for (uint32_t k = 0; k < FW_STATE_HISTORY && k < d->hist_n; ++k) {
     if (d->hist_seq[k] == c.state_seq) {
-      d->pending_latency_us = (uint32_t)(now - d->hist_t_us[k]);
+      const uint32_t latency = (uint32_t)(now - d->hist_t_us[k]);
+      if (d->rx_latency_max_us == LATENCY_UNKNOWN || latency > d->rx_latency_max_us)
+        d->rx_latency_max_us = latency;
       break;
     }
   }
@@ -268,7 +271,6 @@ void fw_tick(fw_device *d)
     if (d->have_pending) {
       d->applied_u = d->pending_u;
       d->applied_seq = d->pending_seq;
-      d->applied_latency_us = d->pending_latency_us;
       d->applied_flags = (uint8_t)((d->pending_fresh_for ? FLAG_FRESH : 0) |
                                    (d->pending_clamped ? FLAG_CLAMPED : 0));
       d->have_pending = 0;
@@ -286,7 +288,8 @@ void fw_tick(fw_device *d)
   uint8_t p[PROTO_MAX_PAYLOAD];
   s.t_us = now;
   s.cmd_seq = d->applied_seq;
-  s.latency_us = d->applied_latency_us;
+  s.latency_us = d->rx_latency_max_us;
+  d->rx_latency_max_us = LATENCY_UNKNOWN;
   s.actuator = d->applied_u;
   s.mode = d->mode;
   s.fault = d->fault;

@@ -47,11 +47,13 @@ typedef struct {
   /* the command received and not yet applied, and the one in effect */
   int have_pending;
   float pending_u;
-  uint32_t pending_seq, pending_latency_us;
+  uint32_t pending_seq;
   int pending_fresh_for;         /* 1 if it answers the last STATE */
   uint8_t pending_clamped;
   float applied_u;
-  uint32_t applied_seq, applied_latency_us;
+  uint32_t applied_seq;
+  uint32_t rx_latency_max_us;    /* worst latency of the commands received this
+                                    period, LATENCY_UNKNOWN if none */
   uint8_t applied_flags;
   uint64_t last_cmd_t_us;        /* arrival of the last valid command (or arming) */
   /* sensing */

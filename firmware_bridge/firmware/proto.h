@@ -82,8 +82,9 @@ typedef struct {
 typedef struct {
   uint64_t t_us;          /* device clock at the tick */
   uint32_t cmd_seq;       /* host seq of the command in effect */
-  uint32_t latency_us;    /* that command: its state's tick to its arrival;
-                             0xFFFFFFFF unknown */
+  uint32_t latency_us;    /* the worst latency (a STATE's tick to the arrival
+                             of the command answering it) among the commands
+                             received since the last tick; 0xFFFFFFFF: none */
   float actuator;         /* value written to the actuator this tick */
   uint8_t mode, fault, flags, n;
   int32_t pos[PROTO_MAX_CHANNELS];  /* counts, zero at upright / centre */
