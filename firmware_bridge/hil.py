@@ -220,6 +220,24 @@ def serve_hil(config: HilConfig | None = None, **fields):
         server.close()
 
 
+def spawn_hil(*cli_args: str):
+    """``grpo-ctrl hil`` in its own process (its own GIL and scheduling):
+    returns ``(process, port)`` once the port is ready. Arguments as on the
+    command line, e.g. ``spawn_hil("--preset", "rig", "--duration", "10")``;
+    stop it with ``process.send_signal(signal.SIGINT)``."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "grpo_ctrl.cli", "hil", *cli_args],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    port = process.stdout.readline().strip()
+    if not port.startswith("/"):
+        process.kill()
+        _, err = process.communicate()
+        raise UserError(f"grpo-ctrl hil did not start: {err.strip() or port}")
+    return process, port
+
+
 # ---------------------------------------------------------------------- CLI
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", default="pendulum", help="plant: pendulum, cartpole or furuta")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from firmware_bridge import protocol as P
-from firmware_bridge.hil import HilConfig, serve_hil
+from firmware_bridge.hil import HilConfig, serve_hil, spawn_hil
 from firmware_bridge.host import Link
 from grpo_ctrl.sim import BatchSim
 
@@ -187,17 +187,13 @@ def test_fault_injector_drops_and_corrupts_at_the_set_rates():
 
 
 def test_hil_command_line_prints_its_port_first():
-    env = dict(os.environ)
-    p = subprocess.Popen([sys.executable, "-m", "grpo_ctrl.cli", "hil", "--system", "pendulum",
-                          "--preset", "rig", "--duration", "1"], stdout=subprocess.PIPE, text=True,
-                         env=env)
-    port = p.stdout.readline().strip()
+    process, port = spawn_hil("--system", "pendulum", "--preset", "rig", "--duration", "1")
     assert port.startswith("/dev/") and os.path.exists(port)
     c = Client(port)
     info = c.request(P.Hello(), P.Info)
     c.close()
-    out, _ = p.communicate(timeout=10)
-    assert p.returncode == 0 and info.preset == "rig" and "ticks" in out
+    out, _ = process.communicate(timeout=10)
+    assert process.returncode == 0 and info.preset == "rig" and "ticks" in out
 
 
 def test_hil_rejects_bad_options_cleanly():

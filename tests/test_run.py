@@ -193,3 +193,17 @@ def test_lost_link_ends_the_run_and_the_device_stops_itself(swingup, tmp_path):
     t_fault = trace["t"][np.argmax(trace["mode"] == P.MODE_FAULT)]
     assert np.all(trace["u"][trace["t"] >= t_fault] == 0)
     assert 1.5 < t_fault < 1.5 + 3 * 0.005 + 0.002
+
+
+def test_added_latency_shows_in_the_measured_round_trip(swingup, tmp_path):
+    """The injector delays every device frame by 2 ms (and 5% of them by 6 ms
+    more): the device's own round-trip measurement sees it, the loop holds."""
+    base = dict(START, watchdog_ms=None)
+    with serve_hil(HilConfig(**base)) as hil:
+        clean = run_loop(hil.port, swingup, 2.0, None, print_fn=lambda *_: None)
+    with serve_hil(HilConfig(**base, latency_ms=2.0, spike_rate=0.05, spike_ms=6.0)) as hil:
+        slow = run_loop(hil.port, swingup, 2.0, None, print_fn=lambda *_: None)
+    assert clean["ended"] == slow["ended"] == "completed"
+    assert slow["loop_latency_ms_p50"] - clean["loop_latency_ms_p50"] == pytest.approx(2.0, abs=0.5)
+    assert slow["loop_latency_ms_p99"] > 6.0          # the spikes
+    assert slow["missed_deadlines"] > clean["missed_deadlines"]
