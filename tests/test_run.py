@@ -2,7 +2,6 @@
 pendulum rig: an exported swing-up-plus-LQR controller balances it, through
 corrupted and dropped frames too, and every way of ending is safe."""
 import json
-import math
 import signal
 import subprocess
 import sys
