@@ -3,6 +3,7 @@
 
 * continuation: which branch a trajectory continues from (greedy, softmax,
   random, policy), the other settings at their defaults;
+* advantages: group, batch or no std scaling; outcome or per-step reward-to-go;
 * trust region: fixed clipping against the adaptive clip range.
 
 Every variant trains from the same seeds for the same number of iterations
@@ -34,6 +35,9 @@ YLIM = {("pendulum", "gym"): (-600, -100)}
 STUDIES = {
     "continuation": [("greedy", {"continuation": "greedy"}), ("softmax", {"continuation": "softmax"}),
                      ("random", {"continuation": "random"}), ("policy", {"continuation": "policy"})],
+    "advantages": [("outcome, group std", {}), ("outcome, batch std", {"adv_scale": "batch"}),
+                   ("outcome, no scaling", {"adv_scale": "none"}),
+                   ("reward-to-go, group std", {"reward_form": "reward_to_go"})],
     "trust_region": [("fixed clip, 1 epoch", {"trust_region": "fixed"}),
                      ("adaptive clip, 1 epoch", {"trust_region": "adaptive"}),
                      ("fixed clip, 4 epochs", {"trust_region": "fixed", "epochs": 4}),

@@ -334,11 +334,13 @@ class GroupRollout:
         zl = z[:L].T.contiguous()
         mul = mu[:L].T.contiguous()
         logp_old = gaussian_log_prob(zl, mul, policy.log_std.detach())
-        entropy = -float((logp_old - log_tanh_jacobian(zl, policy.u_max)).mean())
+        mask_t = torch.from_numpy(mask.reshape(B, L))
+        logp_squashed = logp_old - log_tanh_jacobian(zl, policy.u_max)
+        entropy = -float((logp_squashed * mask_t).sum() / mask_t.sum().clamp(min=1.0))
         obs_l = policy.normalise(raw[:L].transpose(0, 1)).contiguous()
         return Batch(obs=obs_l, z=zl, logp_old=logp_old, mu_old=mul,
                      adv=torch.from_numpy(adv.reshape(B, L)).float(),
-                     mask=torch.from_numpy(mask.reshape(B, L)), returns=returns,
+                     mask=mask_t, returns=returns,
                      entropy=entropy, raw_obs=raw.reshape(H * B, nobs),
                      raw_loss_obs=raw[:L].transpose(0, 1))
 

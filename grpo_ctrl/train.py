@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.grpo import GRPOConfig, Trainer, check_config, default_config
+from grpo_ctrl.grpo import CHOICES, GRPOConfig, Trainer, check_config, default_config
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
 from grpo_ctrl.sim import presets, systems, default_preset
 
@@ -42,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         flag = "--" + f.name.replace("_", "-")
         kind = {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str)
                                                          else f.type.__name__]
-        g.add_argument(flag, dest=f.name, type=kind, default=None, metavar=kind.__name__.upper(),
+        metavar = "|".join(CHOICES[f.name]) if f.name in CHOICES else kind.__name__.upper()
+        g.add_argument(flag, dest=f.name, type=kind, default=None, metavar=metavar,
                        help=_field_doc(f.name))
 
 
