@@ -49,8 +49,10 @@ elsewhere. A hysteresis would need the last mode as controller state; a pure
 function of the observation keeps every controller stateless, so its ONNX
 and C exports are provably the same function as the torch module. The energy
 law drives the state onto the homoclinic orbit through upright, which passes
-through the region, so it is entered once and kept: the last column counts
-the hand-overs between the two modes per episode.
+through the region, so it is normally entered once and kept; the last
+column counts the hand-overs between the two modes per episode. (On the gym
+pendulum, whose torque limit is below the peak gravity torque, a few
+swings enter the region too fast, leave it and come back.)
 """
 
 
