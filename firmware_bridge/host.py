@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import json
 import math
 import os
@@ -300,7 +301,14 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
         telemetry = Telemetry(log)
         loop = _Loop(link, info, features, policy, telemetry, stop)
         loop.account(info_frame, P.Info.unpack(info_frame.payload), time.monotonic())
-        loop.run(duration)
+        # no garbage-collector pauses inside the loop: it makes no reference
+        # cycles, so reference counting frees everything as it goes
+        gc.collect()
+        gc.disable()
+        try:
+            loop.run(duration)
+        finally:
+            gc.enable()
         summary = loop.summary()
     finally:
         if telemetry is not None:
