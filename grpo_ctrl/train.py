@@ -206,6 +206,8 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
         while wall - start_wall < budget and (cfg.iterations == 0 or
                                               trainer.iteration < cfg.iterations):
             t0 = time.perf_counter()
+            trainer.set_progress(max((wall - start_wall) / budget,
+                                     trainer.iteration / cfg.iterations if cfg.iterations else 0.0))
             row = trainer.step()
             row["eval_return"] = row["eval_success"] = None
             if wall >= next_eval or (cfg.iterations and trainer.iteration >= cfg.iterations):
