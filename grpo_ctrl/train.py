@@ -162,7 +162,7 @@ def plot_curve(metrics_path: Path, png: Path) -> None:
     ev = [(r["wall_time"], r["eval_return"]) for r in rows if r.get("eval_return") is not None]
     fig, ax = plt.subplots(2, 2, figsize=(10, 6.5), sharex=True)
     if ev:
-        ax[0, 0].plot(*zip(*ev), "o-", ms=3, label="deterministic policy, per episode")
+        ax[0, 0].plot(*zip(*ev), "o-", ms=3, label="deterministic policy, mean over evaluation episodes")
     ax[0, 0].set_ylabel("return")
     ax[0, 0].legend()
     ax[0, 1].plot(t, [r["branch_return"] for r in rows], lw=0.8)
@@ -170,6 +170,7 @@ def plot_curve(metrics_path: Path, png: Path) -> None:
     ax[1, 0].semilogy(t, [max(r["kl_old"], 1e-8) for r in rows], lw=0.8, label="KL(old||new)")
     ax[1, 0].semilogy(t, [max(r["clip_low"] + r["clip_high"], 1e-8) for r in rows], lw=0.8,
                       label="clip fraction")
+    ax[1, 0].set_ylim(bottom=1e-5)
     ax[1, 0].legend()
     ax[1, 1].plot(t, [r["entropy"] for r in rows], lw=0.8)
     ax[1, 1].set_ylabel("entropy (nats)")
