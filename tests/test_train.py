@@ -196,3 +196,10 @@ def test_gym_evaluation_matches_a_plain_gymnasium_loop(run_folder):
     scores = evaluate_on_gym(ctrl, 3, seed=10)
     assert scores["mean"] == pytest.approx(np.mean(returns), rel=1e-9)
     assert scores["worst"] == pytest.approx(min(returns), rel=1e-9)
+
+
+def test_gym_evaluation_refuses_other_plants():
+    from grpo_ctrl.controller import load_controller
+    from grpo_ctrl.evaluate import evaluate_on_gym
+    with pytest.raises(UserError, match="pendulum/gym preset"):
+        evaluate_on_gym(load_controller("lqr", "cartpole", "gym"), 2)
