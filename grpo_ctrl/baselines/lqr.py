@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from export import portable
 from grpo_ctrl.baselines.linearize import discrete_by_simulation, equilibrium
 from grpo_ctrl.sim import BatchSim, PlantSpec
 
@@ -101,18 +102,20 @@ def design(system: str, preset: str | None = None) -> LQRDesign:
 
 
 def obs_to_state(system: str, obs: torch.Tensor) -> torch.Tensor:
-    """The state (angles wrapped to (-pi, pi]) of an observation batch, with
-    only ops that export to ONNX (slices, atan2, stack)."""
+    """The state (angles in [-pi, pi]) of an observation batch. The angles
+    come from ``portable.atan2``, which torch, onnxruntime and the exported C
+    round identically: the gains magnify one unit in the last place of an
+    angle beyond the export's 1e-5 tolerance."""
     if system == "pendulum":
-        th = torch.atan2(obs[:, 1], obs[:, 0])
-        return torch.stack([th, obs[:, 2]], dim=1)
+        th = portable.atan2(obs[:, 1:2], obs[:, 0:1])
+        return torch.cat([th, obs[:, 2:3]], dim=1)
     if system == "cartpole":
-        th = torch.atan2(obs[:, 3], obs[:, 2])
-        return torch.stack([obs[:, 0], obs[:, 1], th, obs[:, 4]], dim=1)
+        th = portable.atan2(obs[:, 3:4], obs[:, 2:3])
+        return torch.cat([obs[:, 0:2], th, obs[:, 4:5]], dim=1)
     if system == "furuta":
-        th = torch.atan2(obs[:, 1], obs[:, 0])
-        al = torch.atan2(obs[:, 3], obs[:, 2])
-        return torch.stack([th, al, obs[:, 4], obs[:, 5]], dim=1)
+        th = portable.atan2(obs[:, 1:2], obs[:, 0:1])
+        al = portable.atan2(obs[:, 3:4], obs[:, 2:3])
+        return torch.cat([th, al, obs[:, 4:6]], dim=1)
     raise ValueError(f"unknown system {system!r}")
 
 
@@ -127,7 +130,8 @@ class LQRController(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs_to_state(self.spec.system, obs)
-        u = -(x @ self.gain.T)
+        # summed in one fixed order, so that the export computes the same bits
+        u = -portable.dot(x, self.gain[0])
         return torch.clamp(u, -self.spec.u_max, self.spec.u_max)
 
 

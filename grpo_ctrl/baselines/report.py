@@ -47,7 +47,12 @@ LQR acts where the LQR cost-to-go x'Px (without the cart position or arm
 angle, which do not enter the dynamics) is below a level, energy control
 elsewhere. A hysteresis would need the last mode as controller state; a pure
 function of the observation keeps every controller stateless, so its ONNX
-and C exports are provably the same function as the torch module. The energy
+and C exports are the same function as the torch module. They compute the
+same bits, too: the angles, the gain products and the region's level come
+from `export.portable` (an atan2 and dot products in one fixed order, built
+from exactly rounded float32 operations), where `torch.atan2` and `x @ K`
+would differ between torch, onnxruntime and C by a unit in the last place,
+which gains of up to 86 per radian magnify beyond the export's 1e-5. The energy
 law drives the state onto the homoclinic orbit through upright, which passes
 through the region, so it is normally entered once and kept; the last
 column counts the hand-overs between the two modes per episode. (On the gym

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from export import portable
 from grpo_ctrl.baselines.lqr import LQRDesign, design, obs_to_state
 from grpo_ctrl.sim import BatchSim, PlantSpec
 
@@ -94,7 +95,7 @@ class SwingUpLQR(nn.Module):
     def in_lqr_region(self, x: torch.Tensor) -> torch.Tensor:
         """(N, 1) bool: whether states x (N, nx) are in the LQR's region."""
         xc = x * self.catch_coords
-        return ((xc @ self.cost_to_go) * xc).sum(dim=1, keepdim=True) < self.tuning.region_level
+        return portable.quadratic_form(xc, self.cost_to_go) < self.tuning.region_level
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs_to_state(self.spec.system, obs)
@@ -103,7 +104,7 @@ class SwingUpLQR(nn.Module):
         # torch and an ONNX runtime
         i = POLE_TRIG[self.spec.system]
         c, s = obs[:, i:i + 1], obs[:, i + 1:i + 2]
-        u = torch.where(self.in_lqr_region(x), -(x @ self.gain.T), self.pump(x, c, s))
+        u = torch.where(self.in_lqr_region(x), -portable.dot(x, self.gain[0]), self.pump(x, c, s))
         return torch.clamp(u, -self.spec.u_max, self.spec.u_max)
 
 
