@@ -451,7 +451,7 @@ class Trainer:
     def set_progress(self, fraction: float) -> None:
         """Learning rate decays linearly from lr to lr_end * lr over the run
         (fraction 0 to 1 of the budget): fine steps at the end polish the
-        final policy (Gymnasium return -141.2 against -143.5, 3 seeds)."""
+        final policy (docs/grpo.md §4)."""
         frac = min(max(fraction, 0.0), 1.0)
         for group in self.opt.param_groups:
             group["lr"] = self.cfg.lr * (1.0 - (1.0 - self.cfg.lr_end) * frac)
