@@ -94,8 +94,9 @@ CHOICES = {"continuation": ("greedy", "softmax", "random", "policy"),
 # Per-plant defaults: the dataclass defaults are the gym pendulum's.
 SYSTEM_DEFAULTS = {
     ("pendulum", "gym"): {},
-    ("pendulum", "rig"): {"horizon": 400, "loss_steps": 200, "gamma": 0.995, "time_budget": 300.0,
-                          "eval_every": 20.0, "eval_episodes": 50},
+    # 200 Hz control: hold training actions for 4 steps (50 Hz decisions, 2 s horizon)
+    ("pendulum", "rig"): {"action_repeat": 4, "horizon": 100, "loss_steps": 50, "gamma": 0.99,
+                          "time_budget": 60.0, "eval_every": 10.0, "eval_episodes": 50},
     ("cartpole", "gym"): {"horizon": 128, "loss_steps": 64, "gamma": 0.99, "time_budget": 30.0,
                           "eval_every": 5.0},
     ("cartpole", "swingup"): {"horizon": 160, "loss_steps": 80, "gamma": 0.99,
