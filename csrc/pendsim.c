@@ -44,24 +44,25 @@ void ps_seed(ps_data *d, const uint64_t *seed)
 }
 
 /* NumPy's float remainder (sign of the divisor), as Gymnasium's
- * angle_normalize uses it: ((x + pi) % (2 pi)) - pi. The common cases avoid
- * fmod and are exact: a - 2 pi is exact for 2 pi <= a < 4 pi (Sterbenz). */
+ * angle_normalize uses it: ((x + pi) % (2 pi)) - pi. For x + pi in
+ * (-2 pi, 4 pi) it avoids fmod, exactly (a - 2 pi is exact for
+ * 2 pi <= a < 4 pi by Sterbenz; a + 2 pi is NumPy's own correction), and
+ * with selects rather than branches, which random angles would mispredict. */
 static double angle_normalize(double x)
 {
   const double two_pi = 2 * PI;
   const double a = x + PI;
-  double r;
-  if (a >= 0.0 && a < two_pi) r = a;
-  else if (a >= two_pi && a < 2 * two_pi) r = a - two_pi;
-  else if (a < 0.0 && a > -two_pi) r = a + two_pi;
-  else {
-    r = fmod(a, two_pi);
+  if (!(a > -two_pi && a < 2 * two_pi)) {
+    double r = fmod(a, two_pi);
     if (r != 0.0) {
       if (r < 0) r += two_pi;
     } else {
       r = 0.0;
     }
+    return r - PI;
   }
+  double r = a >= two_pi ? a - two_pi : a;
+  r = a < 0.0 ? a + two_pi : r;
   return r - PI;
 }
 
