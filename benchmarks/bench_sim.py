@@ -29,13 +29,13 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 
+from grpo_ctrl.files import atomic_write
 from grpo_ctrl.sim import BatchSim
 
 BATCH_SIZES = (1, 64, 4096)
@@ -271,16 +271,8 @@ def print_report(report: dict) -> None:
 
 
 def write_json(path: Path, report: dict) -> None:
-    """Write atomically: a temporary file in the same folder, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(report, f, indent=2)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write(path, json.dumps(report, indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:

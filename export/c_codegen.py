@@ -28,7 +28,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from export import metadata
-from export.files import atomic_write, check_folder
+from grpo_ctrl.files import atomic_write, check_folder
 from grpo_ctrl.errors import UserError
 
 # ONNX op -> C expression of its input {x} (float32 in, float32 out)

@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 from export.c_codegen import generate_c, write_c
-from export.files import atomic_write, check_folder, check_writable
+from grpo_ctrl.files import atomic_write, check_folder, check_writable
 from export.onnx_export import export_onnx, source_of
 from export.verify import TOLERANCE, operating_observations
 from grpo_ctrl.controller import BASELINES, load_controller

@@ -21,7 +21,7 @@ import onnx
 import torch
 
 from export import metadata
-from export.files import atomic_write
+from grpo_ctrl.files import atomic_write
 from export.verify import Verification, verify
 from grpo_ctrl.errors import UserError
 

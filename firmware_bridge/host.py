@@ -32,6 +32,7 @@ import numpy as np
 
 from firmware_bridge import protocol as P
 from grpo_ctrl.errors import UserError
+from grpo_ctrl.files import save_figure
 
 LATENCY_UNKNOWN = 0xFFFFFFFF
 KEEPALIVE_AFTER = 1.5   # periods without a STATE before the host re-sends its command
@@ -586,10 +587,8 @@ def write_plot(path: Path, t, angle, action, u_max: float, title: str = "") -> N
     a1.set_xlabel("device time (s)")
     a0.set_title(title, fontsize=9)
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, format="png", dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def format_summary(s: dict) -> str:

@@ -23,9 +23,8 @@ to ONNX opset 17 and to plain C. ReLU is the default hidden activation:
 from __future__ import annotations
 
 import hashlib
+import io
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import torch
@@ -33,6 +32,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from grpo_ctrl.errors import UserError
+from grpo_ctrl.files import atomic_write
 
 CHECKPOINT_FORMAT = "grpo-ctrl-policy-v1"
 ACTIVATIONS = {"relu": nn.ReLU, "elu": nn.ELU, "tanh": nn.Tanh}
@@ -173,16 +173,10 @@ class PolicyController(nn.Module):
 
 # ---------------------------------------------------------------------- files
 def save_checkpoint(ck: dict, path: Path) -> None:
-    """Write atomically: a temporary file in the same folder, then rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(ck, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write a checkpoint whole or not at all."""
+    buffer = io.BytesIO()
+    torch.save(ck, buffer)
+    atomic_write(path, buffer.getvalue())
 
 
 def read_checkpoint(path: Path) -> dict:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import time
 import tomllib
 from dataclasses import asdict, fields
@@ -21,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 from grpo_ctrl.errors import UserError
+from grpo_ctrl.files import atomic_write, save_figure
 from grpo_ctrl.grpo import CHOICES, GRPOConfig, Trainer, check_config, default_config
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
 from grpo_ctrl.sim import presets, systems, default_preset
@@ -84,9 +84,7 @@ def write_toml(path: Path, data: dict) -> None:
                          f"{k} = {'inf' if v > 0 else '-inf'}")
         else:
             lines.append(f"{k} = {json.dumps(str(v))}")
-    tmp = path.with_suffix(".toml.tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, "\n".join(lines) + "\n")
 
 
 def resolve(args) -> tuple[str, str, GRPOConfig, Path]:
@@ -178,10 +176,8 @@ def plot_curve(metrics_path: Path, png: Path) -> None:
         a.set_xlabel("training wall time (s)")
     fig.suptitle(metrics_path.parent.name)
     fig.tight_layout()
-    tmp = png.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=90)
+    save_figure(fig, png, dpi=90)
     plt.close(fig)
-    os.replace(tmp, png)
 
 
 def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: bool = False,

@@ -112,7 +112,7 @@ class Reductions(torch.nn.Module):
 
 
 def compile_c(model, folder: Path) -> CPolicy:
-    src = write_c(model, folder)
+    write_c(model, folder)
     lib = compile_shared(folder / "policy.c", folder / "libpolicy.so")
     return CPolicy(lib, src_nobs(model))
 

@@ -7,8 +7,6 @@ report and writes it to ``docs/baselines.md``.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from grpo_ctrl.baselines.evaluate import (BALANCE_TILT, STILL_TOL, UPRIGHT_TOL, 
                                           evaluate_on_gymnasium_pendulum, near_upright_start)
 from grpo_ctrl.controller import BASELINES
 from grpo_ctrl.errors import UserError
+from grpo_ctrl.files import atomic_write
 from grpo_ctrl.sim import presets, systems
 
 INTRO = f"""# Classic control baselines
@@ -135,13 +134,6 @@ def build_report(episodes: int, seed: int, gymnasium: bool) -> str:
     return "\n".join(lines)
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=path.name + ".",
-                                     suffix=".tmp", delete=False) as f:
-        f.write(text)
-    os.replace(f.name, path)
-
-
 def run(args) -> int:
     if args.episodes < 1:
         raise UserError(f"--episodes must be a positive number, got {args.episodes}")
@@ -159,7 +151,7 @@ def run(args) -> int:
     torch.set_num_threads(1)  # batched forwards of tiny models: threads only add overhead
     start = time.perf_counter()
     text = build_report(args.episodes, args.seed, bool(gymnasium))
-    _write_atomically(out, text)
+    atomic_write(out, text)
     print(text)
     print(f"wrote {out} in {time.perf_counter() - start:.0f} s")
     return 0

@@ -1,6 +1,11 @@
-"""Writing output files whole or not at all."""
+"""Writing output files whole or not at all: the one home for it.
+
+Checkpoints, configs, ONNX files, C sources, plots and reports all go
+through ``atomic_write``, so an interrupted or failed write never leaves a
+half-written file behind."""
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from pathlib import Path
@@ -49,6 +54,7 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 is for the temporary file only
         os.replace(tmp, path)
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
@@ -56,3 +62,16 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
             raise UserError(f"cannot write {str(path)!r}: {e.strerror or e}") from None
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def save_figure(fig, path: str | os.PathLike, **savefig_kwargs) -> Path:
+    """A matplotlib figure as PNG, written atomically."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", **savefig_kwargs)
+    return atomic_write(path, buffer.getvalue())
