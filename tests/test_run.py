@@ -1,12 +1,14 @@
 """``grpo-ctrl run`` end to end over a real pseudo-terminal against the HIL
-pendulum rig: an exported swing-up-plus-LQR controller balances it, through
-corrupted and dropped frames too, and every way of ending is safe."""
+pendulum rig: an exported swing-up-plus-LQR controller, and a trained GRPO
+policy, balance it; through corrupted and dropped frames too; and every way
+of ending is safe."""
 import json
 import math
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +30,15 @@ def export(tmp_path_factory, controller, system, preset):
 @pytest.fixture(scope="module")
 def swingup(tmp_path_factory):
     return export(tmp_path_factory, "swingup-lqr", "pendulum", "rig")
+
+
+# A GRPO policy trained on the rig preset (tests/data/README.md says how).
+TRAINED_RIG_POLICY = Path(__file__).parent / "data" / "pendulum-rig-grpo.onnx"
+
+
+@pytest.fixture(scope="module", params=["swingup-lqr", "grpo"])
+def rig_controller(request, swingup):
+    return swingup if request.param == "swingup-lqr" else TRAINED_RIG_POLICY
 
 
 def grpo_run(port, policy, duration, log, *extra):
@@ -64,10 +75,10 @@ def check_accounting(log, summary):
 START = dict(system="pendulum", preset="rig", angle0=0.1, hold_until_armed=True, watchdog_ms=50)
 
 
-def test_swingup_lqr_onnx_balances_the_rig_for_10_s(swingup, tmp_path):
+def test_exported_controller_balances_the_rig_for_10_s(rig_controller, tmp_path):
     log = tmp_path / "run.csv"
     with serve_hil(HilConfig(**START)) as hil:
-        r = grpo_run(hil.port, swingup, 10, log)
+        r = grpo_run(hil.port, rig_controller, 10, log)
         trace, stats = hil.trace(), hil.stats()
     assert r.returncode == 0, (r.stdout, r.stderr, stats)
     s = summary_of(r)
@@ -83,9 +94,9 @@ def test_swingup_lqr_onnx_balances_the_rig_for_10_s(swingup, tmp_path):
     assert (tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_swings_up_from_hanging_and_balances(swingup, tmp_path):
+def test_swings_up_from_hanging_and_balances(rig_controller, tmp_path):
     with serve_hil(HilConfig(**dict(START, angle0=math.pi))) as hil:
-        r = grpo_run(hil.port, swingup, 8, tmp_path / "up.csv")
+        r = grpo_run(hil.port, rig_controller, 8, tmp_path / "up.csv")
         trace = hil.trace()
     assert r.returncode == 0, (r.stdout, r.stderr)
     armed, span = armed_span(trace)
