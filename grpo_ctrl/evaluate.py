@@ -11,9 +11,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import torch
 
-from grpo_ctrl.controller import BASELINES, act, load_controller
+from grpo_ctrl.controller import BASELINES, load_controller
 from grpo_ctrl.errors import UserError
 
 
@@ -42,34 +41,17 @@ def evaluate_on_sim(controller, episodes: int, seed: int = 0) -> dict:
     return summarise(ep.returns, ep.success)
 
 
-@torch.no_grad()
 def evaluate_on_gym(controller, episodes: int = 100, seed: int = 0) -> dict:
     """Scores on Gymnasium's own Pendulum-v1: episode i is reset with seed
     ``seed + i``; all episodes step in lockstep so each control step is one
     batched forward pass."""
-    import gymnasium as gym
-    from grpo_ctrl.baselines.evaluate import upright_and_still
+    from grpo_ctrl.baselines.evaluate import evaluate_on_gymnasium_pendulum
     spec = controller.spec
     if (spec.system, spec.preset) != ("pendulum", "gym"):
         raise UserError(f"--gym evaluates on Gymnasium's Pendulum-v1, which is the pendulum/gym "
                         f"preset; this controller is for {spec.system}/{spec.preset}")
-    envs = [gym.make("Pendulum-v1") for _ in range(episodes)]
-    obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
-    returns = np.zeros(episodes)
-    done = np.zeros(episodes, bool)
-    while not done.all():
-        u = act(controller, obs)
-        for i, env in enumerate(envs):
-            if done[i]:
-                continue
-            o, r, term, trunc, _ = env.step(u[i:i + 1])
-            obs[i] = o
-            returns[i] += r
-            done[i] = term or trunc
-    x = np.array([env.unwrapped.state for env in envs])
-    for env in envs:
-        env.close()
-    return summarise(returns, upright_and_still("pendulum", x))
+    ep = evaluate_on_gymnasium_pendulum(controller, episodes, seed=seed)
+    return summarise(ep.returns, ep.success)
 
 
 def resolve_controller(args):
