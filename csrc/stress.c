@@ -1,0 +1,124 @@
+/*
+ * A stress test of the public API, meant to run under AddressSanitizer and
+ * UndefinedBehaviorSanitizer (tests/test_sim_sanitizers.py builds it):
+ * every preset with actuation delay, sensor noise and quantisation, random
+ * and out-of-range actions, autoreset, rollouts and branch copies.
+ * It checks, besides what the sanitizers check, that observations stay
+ * finite, that a copy stepped with the same actions stays bit-identical,
+ * and that a NaN action is refused without touching the state.
+ * Prints "ok <steps>" and exits 0, or names the first failure and exits 1.
+ */
+#include "pendsim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NENV 96
+#define NSTEP 50
+
+typedef struct {
+  double x[PS_MAX_NX * NENV], param[PS_MAX_PARAMS * NENV];
+  float act_buf[PS_MAX_DELAY * NENV];
+  uint64_t key[NENV], ctr[NENV];
+  int32_t t[NENV];
+  ps_data d;
+} batch;
+
+static void batch_init(batch *s)
+{
+  memset(s, 0, sizeof *s);
+  s->d.B = NENV;
+  s->d.x = s->x;
+  s->d.param = s->param;
+  s->d.act_buf = s->act_buf;
+  s->d.rng_key = s->key;
+  s->d.rng_ctr = s->ctr;
+  s->d.t = s->t;
+}
+
+static uint64_t lcg = 12345;
+static float random_action(double scale)
+{
+  lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (float)(scale * ((double)(lcg >> 11) * 0x1.0p-53 * 2.0 - 1.0));
+}
+
+static int fail(const char *what, const char *system, const char *preset)
+{
+  printf("FAIL %s (%s/%s)\n", what, system, preset);
+  return 1;
+}
+
+int main(void)
+{
+  static batch a, c;
+  static float actions[NSTEP * NENV];
+  static float obs[NSTEP * NENV * PS_MAX_NOBS], obs_c[NSTEP * NENV * PS_MAX_NOBS];
+  static double reward[NSTEP * NENV], reward_c[NSTEP * NENV];
+  static uint8_t term[NSTEP * NENV], trunc[NSTEP * NENV];
+  static int32_t idx[NENV], src[NENV];
+  long steps = 0;
+  for (int s = 0; s < PS_NUM_SYSTEMS; ++s) {
+    const char *system = ps_system_name(s);
+    for (int p = 0; p < ps_num_presets(s); ++p) {
+      const char *preset = ps_preset_name(s, p);
+      ps_model m;
+      if (ps_model_init(&m, s, preset) != PS_OK) return fail("model_init", system, preset);
+      m.delay = 3;
+      for (int k = 0; k < m.nx; ++k) {
+        m.noise_std[k] = 0.01;
+        if (k == 0) m.enc_counts[k] = 1024;
+      }
+      if (ps_model_check(&m) != PS_OK) return fail("model_check", system, preset);
+      batch_init(&a);
+      uint64_t seeds[NENV];
+      for (int b = 0; b < NENV; ++b) seeds[b] = (uint64_t)(b * 7 + s);
+      ps_seed(&a.d, seeds);
+      ps_reset(&m, &a.d, NULL, obs);
+      for (int round = 0; round < 4; ++round) {
+        /* actions up to twice the limit, so saturation is exercised */
+        for (int i = 0; i < NSTEP * NENV; ++i) actions[i] = random_action(2.0 * m.u_max);
+        /* a copy of every environment, in reverse order */
+        batch_init(&c);
+        for (int b = 0; b < NENV; ++b) idx[b] = NENV - 1 - b, src[b] = b;
+        if (ps_copy_envs(&m, &c.d, idx, &a.d, src, NENV) != PS_OK)
+          return fail("copy_envs", system, preset);
+        if (ps_rollout(&m, &a.d, NSTEP, actions, obs, reward, term, trunc, 1) != PS_OK)
+          return fail("rollout", system, preset);
+        /* the copy, stepped one call at a time with the mirrored actions */
+        for (int k = 0; k < NSTEP; ++k) {
+          float act_c[NENV];
+          for (int b = 0; b < NENV; ++b) act_c[b] = actions[k * NENV + (NENV - 1 - b)];
+          if (ps_step(&m, &c.d, act_c, obs_c + (size_t)k * NENV * m.nobs, reward_c + k * NENV,
+                      term + 0, trunc + 0, 1, NULL) != PS_OK)
+            return fail("step", system, preset);
+          for (int b = 0; b < NENV; ++b) {
+            const float *o = obs + ((size_t)k * NENV + b) * m.nobs;
+            const float *oc = obs_c + ((size_t)k * NENV + (NENV - 1 - b)) * m.nobs;
+            if (memcmp(o, oc, sizeof(float) * m.nobs) != 0 ||
+                reward[k * NENV + b] != reward_c[k * NENV + (NENV - 1 - b)])
+              return fail("a copy diverged from its original", system, preset);
+            for (int j = 0; j < m.nobs; ++j)
+              if (!isfinite(o[j])) return fail("non-finite observation", system, preset);
+          }
+        }
+        steps += 2L * NSTEP * NENV;
+      }
+      /* a NaN action: refused, state untouched */
+      memcpy(c.x, a.x, sizeof a.x);
+      const uint64_t ctr0 = a.ctr[0];
+      float bad[NENV] = {0};
+      bad[NENV / 2] = NAN;
+      if (ps_step(&m, &a.d, bad, obs, reward, term, trunc, 0, NULL) != PS_ERR_NONFINITE ||
+          memcmp(c.x, a.x, sizeof a.x) != 0 || a.ctr[0] != ctr0)
+        return fail("NaN action not refused cleanly", system, preset);
+      idx[0] = NENV;
+      if (ps_copy_envs(&m, &c.d, idx, &a.d, src, 1) != PS_ERR_INDEX)
+        return fail("out-of-range copy not refused", system, preset);
+    }
+  }
+  printf("ok %ld\n", steps);
+  return 0;
+}
