@@ -30,6 +30,7 @@ some speed instead of creeping along the homoclinic orbit.
 """
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 
 import torch
@@ -71,7 +72,7 @@ TUNING = {
 }
 
 
-class SwingUpLQR(nn.Module):
+class SwingUpLQR(nn.Module, abc.ABC):
     """Energy control outside the LQR's region, LQR inside it. Subclasses
     supply the plant's energy law ``pump(x)``; ``p`` holds the plant's
     nominal parameters by name."""
@@ -87,10 +88,10 @@ class SwingUpLQR(nn.Module):
         keep[0, list(CYCLIC[spec.system])] = 0.0
         self.register_buffer("catch_coords", keep)
 
+    @abc.abstractmethod
     def pump(self, x: torch.Tensor, c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """The energy law's command for states x (N, nx) whose pole angle has
         cosine c and sine s (N, 1)."""
-        raise NotImplementedError
 
     def in_lqr_region(self, x: torch.Tensor) -> torch.Tensor:
         """(N, 1) bool: whether states x (N, nx) are in the LQR's region."""
