@@ -26,6 +26,7 @@ import copy
 import math
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 # Idle OpenMP threads sleep instead of spinning: on a machine shared with
@@ -82,6 +83,7 @@ class GRPOConfig:
     eval_every: float = 1.0       # training seconds between evaluations (best checkpoint)
     eval_episodes: int = 100      # episodes per evaluation (fixed starts, deterministic policy)
     threads: int = 1              # torch threads for the update (rollouts use one: small ops)
+    overlap: bool = False         # collect the next batch on the 2nd core during this update
 
 
 CHOICES = {"continuation": ("greedy", "softmax", "random", "policy"),
@@ -139,6 +141,8 @@ def check_config(cfg: GRPOConfig) -> None:
                  "kl_target", "softmax_temperature"):
         if getattr(cfg, name) < 0:
             raise UserError(f"{name} must be non-negative, got {getattr(cfg, name)!r}")
+    if cfg.overlap and cfg.threads > 1:
+        raise UserError("overlap already puts the rollouts on the second core: set threads = 1")
 
 
 # =====================================================================
@@ -269,6 +273,9 @@ class Batch:
     entropy: float           # Monte-Carlo entropy of the squashed action distribution
     raw_obs: torch.Tensor    # (B*H, nobs) raw observations, for the running normaliser
     raw_loss_obs: torch.Tensor  # (B, L, nobs) raw observations of the loss steps, for pi_ref
+    log_std_old: torch.Tensor   # pi_old's log std
+    collect_s: float = 0.0      # wall time the collection took
+    sim_steps: int = 0          # simulator steps taken by the rollout pool so far, this batch's included
 
 
 class GroupRollout:
@@ -286,6 +293,7 @@ class GroupRollout:
 
     @torch.no_grad()
     def collect(self, policy: GaussianPolicy, gen: torch.Generator) -> Batch:
+        started = time.perf_counter()
         cfg, n, g = self.cfg, self.cfg.num_starts, self.cfg.group_size
         B, H, L = n * g, cfg.horizon, cfg.loss_steps
         sim = self.pool.branch(np.arange(n), g, out=self.group)
@@ -341,10 +349,12 @@ class GroupRollout:
         entropy = -float((logp_squashed * mask_t).sum() / mask_t.sum().clamp(min=1.0))
         obs_l = policy.normalise(raw[:L].transpose(0, 1)).contiguous()
         return Batch(obs=obs_l, z=zl, logp_old=logp_old, mu_old=mul,
+                     log_std_old=policy.log_std.detach().clone(),
                      adv=torch.from_numpy(adv.reshape(B, L)).float(),
                      mask=mask_t, returns=returns,
                      entropy=entropy, raw_obs=raw.reshape(H * B, nobs),
-                     raw_loss_obs=raw[:L].transpose(0, 1))
+                     raw_loss_obs=raw[:L].transpose(0, 1),
+                     collect_s=time.perf_counter() - started, sim_steps=self.sim_steps)
 
 
 # =====================================================================
@@ -355,7 +365,7 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
                 gen: torch.Generator) -> dict:
     """``epochs`` passes of clipped-ratio (+ beta k3) steps over minibatches of branches."""
     B, L = batch.z.shape
-    log_std_old = policy.log_std.detach().clone()
+    log_std_old = batch.log_std_old
     grad_norms, clip_lo, clip_hi = [], [], []
     for _ in range(cfg.epochs):
         perm = torch.randperm(B, generator=gen)
@@ -418,13 +428,40 @@ class Trainer:
         # the pool starts from resets; prime the normaliser with what they look like
         self.policy.obs_norm.update(torch.from_numpy(self.rollout.pool.observe().copy()))
         self.policy.refresh_norm()
+        # overlap: one background thread collects with its own generator (cffi and
+        # torch release the GIL, so it runs on the second core)
+        self._collector = ThreadPoolExecutor(1) if cfg.overlap else None
+        self._collect_gen = torch.Generator().manual_seed(cfg.seed + 1)
+        self._next_batch = None
+
+    def _batch(self) -> Batch:
+        """This iteration's groups. With overlap, the batch collected in the
+        background by the policy as it was one update ago (its log-probs are
+        the ratio's denominator, so the update stays correct; the clip bounds
+        the step), and the next collection starts now, from a copy of today's
+        policy. The observations are normalised again with today's statistics."""
+        if not self.cfg.overlap:
+            torch.set_num_threads(1)
+            return self.rollout.collect(self.policy, self.gen)
+        if self._next_batch is None:
+            batch = self.rollout.collect(self.policy, self._collect_gen)
+        else:
+            batch = self._next_batch.result()
+            batch.obs = self.policy.normalise(batch.raw_loss_obs).contiguous()
+        self._next_batch = self._collector.submit(self.rollout.collect,
+                                                  copy.deepcopy(self.policy), self._collect_gen)
+        return batch
+
+    def close(self) -> None:
+        """Wait for a background collection (overlap) to finish."""
+        if self._collector is not None:
+            self._collector.shutdown(wait=True)
 
     def step(self) -> dict:
         """One iteration: collect groups, update, refresh stats. Returns metrics."""
         cfg = self.cfg
         t0 = time.perf_counter()
-        torch.set_num_threads(1)
-        batch = self.rollout.collect(self.policy, self.gen)
+        batch = self._batch()
         t1 = time.perf_counter()
         torch.set_num_threads(cfg.threads)
         eps_low, eps_high = cfg.eps_low * self.eps_scale, cfg.eps_high * self.eps_scale
@@ -446,8 +483,9 @@ class Trainer:
                 "entropy": batch.entropy, "log_std": float(self.policy.log_std.detach()),
                 "lr": self.opt.param_groups[0]["lr"],
                 "eps_low": eps_low, "eps_high": eps_high,
-                **stats, "sim_steps": self.rollout.sim_steps,
-                "rollout_s": t1 - t0, "update_s": time.perf_counter() - t1}
+                **stats, "sim_steps": batch.sim_steps,
+                "rollout_s": batch.collect_s, "rollout_wait_s": t1 - t0,
+                "update_s": time.perf_counter() - t1}
 
     def set_progress(self, fraction: float) -> None:
         """Learning rate decays linearly from lr to lr_end * lr over the run

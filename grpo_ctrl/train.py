@@ -40,11 +40,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("GRPO hyperparameters (override the config file)")
     for f in fields(GRPOConfig):
         flag = "--" + f.name.replace("_", "-")
-        kind = {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str)
-                                                         else f.type.__name__]
-        metavar = "|".join(CHOICES[f.name]) if f.name in CHOICES else kind.__name__.upper()
+        kind = {"int": int, "float": float, "str": str, "bool": _boolean}[
+            f.type if isinstance(f.type, str) else f.type.__name__]
+        metavar = ("|".join(CHOICES[f.name]) if f.name in CHOICES else
+                   "true|false" if kind is _boolean else kind.__name__.upper())
         g.add_argument(flag, dest=f.name, type=kind, default=None, metavar=metavar,
                        help=_field_doc(f.name))
+
+
+def _boolean(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes", "on"):
+        return True
+    if text.lower() in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def _field_doc(name: str) -> str:
@@ -114,7 +123,7 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path]:
             want = type(getattr(cfg, f.name))
             if want is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
-            if not isinstance(value, want) or isinstance(value, bool):
+            if not isinstance(value, want) or (isinstance(value, bool) and want is not bool):
                 raise UserError(f"{f.name} must be a {want.__name__}, got {value!r}")
             setattr(cfg, f.name, value)
     check_config(cfg)
@@ -238,6 +247,7 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
                 on_iteration(trainer, row)
     finally:
         bar.close()
+        trainer.close()
         if folder is not None:
             final_eval, _ = trainer.evaluate()
             extra = {"wall_time": wall, "best_return": max(best, final_eval),

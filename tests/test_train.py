@@ -19,10 +19,12 @@ torch.set_num_threads(1)
 SHORT = dict(time_budget=0.0, eval_every=1e9, eval_episodes=16, threads=1)
 
 
-def _trained(seed: int, iterations: int) -> Trainer:
-    tr = Trainer(GRPOConfig(seed=seed, iterations=iterations, **SHORT), "pendulum", "gym")
+def _trained(seed: int, iterations: int, **overrides) -> Trainer:
+    tr = Trainer(GRPOConfig(seed=seed, iterations=iterations, **SHORT, **overrides),
+                 "pendulum", "gym")
     for _ in range(iterations):
         tr.step()
+    tr.close()
     return tr
 
 
@@ -45,6 +47,24 @@ def test_the_same_seed_reproduces_the_same_policy():
         assert torch.equal(a, b)
     assert _score(first) == _score(second)
     assert not torch.equal(other.policy.net[0].weight, first.policy.net[0].weight)
+
+
+def test_overlapped_collection_learns_and_is_reproducible():
+    """With overlap the next batch is collected in a background thread by a
+    copy of the policy one update old: the schedule is fixed, so the same
+    seed gives the same policy whatever the threads' timing, and it learns."""
+    first, second = _trained(3, 100, overlap=True), _trained(3, 100, overlap=True)
+    for a, b in zip(first.policy.parameters(), second.policy.parameters()):
+        assert torch.equal(a, b)
+    assert _score(first) > -300
+    synchronous = _trained(3, 3)
+    overlapped = _trained(3, 3, overlap=True)
+    assert not torch.equal(synchronous.policy.net[0].weight, overlapped.policy.net[0].weight)
+
+
+def test_overlap_refuses_extra_update_threads():
+    with pytest.raises(UserError, match="threads = 1"):
+        Trainer(GRPOConfig(overlap=True, threads=2), "pendulum", "gym")
 
 
 @pytest.fixture(scope="module")
