@@ -26,8 +26,9 @@ import copy
 import math
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+import multiprocessing
+import signal
+from dataclasses import dataclass, fields
 
 # Idle OpenMP threads sleep instead of spinning: on a machine shared with
 # other processes, spinning made two-thread updates 20-60x slower. Only
@@ -83,7 +84,7 @@ class GRPOConfig:
     eval_every: float = 1.0       # training seconds between evaluations (best checkpoint)
     eval_episodes: int = 100      # episodes per evaluation (fixed starts, deterministic policy)
     threads: int = 1              # torch threads for the update (rollouts use one: small ops)
-    overlap: bool = False         # collect the next batch on the 2nd core during this update
+    overlap: bool = False         # collect the next batch in a 2nd process during this update
 
 
 CHOICES = {"continuation": ("greedy", "softmax", "random", "policy"),
@@ -405,6 +406,50 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
             "clip_high": float(np.mean(clip_hi)), "kl_old": kl_old, "kl_ref": kl_ref}
 
 
+# Between the trainer and the overlap collector, tensors travel as numpy
+# arrays: pickling those is ~20x faster than pickling tensors.
+def _policy_message(policy: GaussianPolicy) -> dict:
+    return {"net": {k: v.numpy() for k, v in policy.net.state_dict().items()},
+            "log_std": policy.log_std.detach().numpy().copy(),
+            "norm": (policy._obs_mean.numpy(), policy._obs_inv_std.numpy())}
+
+
+def _load_policy_message(policy: GaussianPolicy, msg: dict) -> None:
+    policy.net.load_state_dict({k: torch.from_numpy(v) for k, v in msg["net"].items()})
+    with torch.no_grad():
+        policy.log_std.copy_(torch.from_numpy(msg["log_std"]))
+    policy._obs_mean, policy._obs_inv_std = (torch.from_numpy(a) for a in msg["norm"])
+
+
+def _batch_message(batch: Batch) -> dict:
+    return {f.name: (v.numpy() if isinstance(v := getattr(batch, f.name), torch.Tensor) else v)
+            for f in fields(Batch)}
+
+
+def _batch_from_message(msg: dict) -> Batch:
+    return Batch(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) and k != "returns" else v
+                    for k, v in msg.items()})
+
+
+def _collector(conn, cfg: GRPOConfig, system: str, preset: str) -> None:
+    """The overlap collector, in its own process (so it does not share the
+    GIL): receives a policy, answers with a batch of groups collected by it,
+    until it receives None. It owns the trajectory pool from the start."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer decides when to stop
+    torch.set_num_threads(1)
+    rollout = GroupRollout(cfg, system, preset, cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    spec = rollout.spec
+    policy = GaussianPolicy(spec.nobs, spec.u_max, cfg.hidden, cfg.layers, cfg.activation)
+    conn.send("ready")
+    while (msg := conn.recv()) is not None:
+        try:
+            _load_policy_message(policy, msg)
+            conn.send(_batch_message(rollout.collect(policy, gen)))
+        except Exception as e:  # reported, and raised, by the trainer
+            conn.send(e)
+
+
 # =====================================================================
 # The trainer.
 # =====================================================================
@@ -428,34 +473,49 @@ class Trainer:
         # the pool starts from resets; prime the normaliser with what they look like
         self.policy.obs_norm.update(torch.from_numpy(self.rollout.pool.observe().copy()))
         self.policy.refresh_norm()
-        # overlap: one background thread collects with its own generator (cffi and
-        # torch release the GIL, so it runs on the second core)
-        self._collector = ThreadPoolExecutor(1) if cfg.overlap else None
-        self._collect_gen = torch.Generator().manual_seed(cfg.seed + 1)
-        self._next_batch = None
+        # overlap: a second process collects (started here, before the training clock)
+        self._collector = self._pipe = None
+        self._pending = False
+        if cfg.overlap:
+            self._pipe, theirs = multiprocessing.get_context("fork").Pipe()
+            self._collector = multiprocessing.get_context("fork").Process(
+                target=_collector, args=(theirs, cfg, system, preset), daemon=True)
+            self._collector.start()
+            if self._pipe.recv() != "ready":
+                raise RuntimeError("the overlap collector did not start")
 
     def _batch(self) -> Batch:
-        """This iteration's groups. With overlap, the batch collected in the
-        background by the policy as it was one update ago (its log-probs are
-        the ratio's denominator, so the update stays correct; the clip bounds
-        the step), and the next collection starts now, from a copy of today's
-        policy. The observations are normalised again with today's statistics."""
-        if not self.cfg.overlap:
+        """This iteration's groups. With overlap, the collector process
+        gathered them with the policy as it was one update ago (their
+        log-probs are the ratio's denominator, so the update stays correct;
+        the clip bounds the step) and starts on the next batch now, with a copy
+        of today's policy; the observations are normalised again with today's
+        statistics."""
+        if self._collector is None:
             torch.set_num_threads(1)
             return self.rollout.collect(self.policy, self.gen)
-        if self._next_batch is None:
-            batch = self.rollout.collect(self.policy, self._collect_gen)
-        else:
-            batch = self._next_batch.result()
-            batch.obs = self.policy.normalise(batch.raw_loss_obs).contiguous()
-        self._next_batch = self._collector.submit(self.rollout.collect,
-                                                  copy.deepcopy(self.policy), self._collect_gen)
+        if not self._pending:  # the first batch: nothing was collected ahead
+            self._pipe.send(_policy_message(self.policy))
+        msg = self._pipe.recv()
+        if isinstance(msg, Exception):
+            raise msg
+        self._pipe.send(_policy_message(self.policy))
+        batch = _batch_from_message(msg)
+        self._pending = True
+        self.rollout.sim_steps = batch.sim_steps
+        batch.obs = self.policy.normalise(batch.raw_loss_obs).contiguous()
         return batch
 
     def close(self) -> None:
-        """Wait for a background collection (overlap) to finish."""
-        if self._collector is not None:
-            self._collector.shutdown(wait=True)
+        """Stop the collector process (overlap), if there is one."""
+        if self._collector is None:
+            return
+        if self._pending:
+            self._pipe.recv()  # the batch it is collecting: nobody will train on it
+        self._pipe.send(None)
+        self._collector.join(timeout=10)
+        self._pipe.close()
+        self._collector = None
 
     def step(self) -> dict:
         """One iteration: collect groups, update, refresh stats. Returns metrics."""

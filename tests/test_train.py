@@ -50,9 +50,9 @@ def test_the_same_seed_reproduces_the_same_policy():
 
 
 def test_overlapped_collection_learns_and_is_reproducible():
-    """With overlap the next batch is collected in a background thread by a
+    """With overlap the next batch is collected in a second process by a
     copy of the policy one update old: the schedule is fixed, so the same
-    seed gives the same policy whatever the threads' timing, and it learns."""
+    seed gives the same policy whatever the processes' timing, and it learns."""
     first, second = _trained(3, 100, overlap=True), _trained(3, 100, overlap=True)
     for a, b in zip(first.policy.parameters(), second.policy.parameters()):
         assert torch.equal(a, b)
