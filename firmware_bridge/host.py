@@ -36,6 +36,7 @@ from grpo_ctrl.files import save_figure
 
 LATENCY_UNKNOWN = 0xFFFFFFFF
 KEEPALIVE_AFTER = 1.5   # periods without a STATE before the host re-sends its command
+READ_CHUNK = 4096       # a tty's whole read buffer: one read takes all that is there
 EXIT_CODES = {"completed": 0, "fault": 3, "link lost": 4, "interrupted": 130}
 
 
@@ -63,6 +64,18 @@ class Link:
             self._fd = self.ser.fileno()
         except Exception:  # URL handlers without a file descriptor
             self._fd = None
+        # A tty's poll() and its input-count ioctl wait for the kernel worker
+        # that moves bytes into the line discipline whenever no input is ready
+        # yet; the loop thread, woken by that same worker, has usually just
+        # preempted it, so every such call waited for it behind whatever else
+        # the CPU runs (1+ ms stalls, the missed periods). Edge-triggered epoll
+        # never polls the tty unasked, and reading only after an event never
+        # finds it empty.
+        self._epoll = None
+        if self._fd is not None and hasattr(select, "epoll"):
+            self._epoll = select.epoll()
+            self._epoll.register(self._fd, select.EPOLLIN | select.EPOLLET)
+        self._readable = True  # an edge may have passed before registration
         self.decoder = P.Decoder()
         self.seq = 0
         self.backlog: list[P.Frame] = []  # decoded, not yet handled
@@ -71,7 +84,14 @@ class Link:
         """Send one message; returns its sequence number and the send time."""
         seq = self.seq
         self.seq = (self.seq + 1) & 0xFFFFFFFF
-        self.ser.write(P.encode(message, seq))
+        data = P.encode(message, seq)
+        if self._epoll is not None:  # os.write: pyserial's write would poll the tty afterwards
+            try:
+                data = data[os.write(self._fd, data):]
+            except BlockingIOError:
+                pass
+        if data:
+            self.ser.write(data)  # the line is full (or no fd): wait, up to the write timeout
         return seq, time.monotonic()
 
     def poll(self, timeout: float) -> list[P.Frame]:
@@ -79,19 +99,35 @@ class Link:
         if self.backlog:
             frames, self.backlog = self.backlog, []
             return frames
-        if self._fd is not None:
-            select.select([self._fd], [], [], max(timeout, 0.0))
-        elif timeout > 0:
-            time.sleep(min(timeout, 0.0005))
-        data = self.ser.read(max(self.ser.in_waiting, 1))
+        if self._epoll is not None:
+            if not self._readable:
+                # select on the epoll fd: microsecond timeouts (epoll.poll rounds up to ms)
+                if select.select([self._epoll], [], [], max(timeout, 0.0))[0]:
+                    self._readable = bool(self._epoll.poll(0))
+                if not self._readable:
+                    return []
+            try:
+                data = os.read(self._fd, READ_CHUNK)
+            except BlockingIOError:
+                data = b""
+            self._readable = len(data) == READ_CHUNK  # more may be waiting: no new edge
+        else:
+            if self._fd is not None:
+                select.select([self._fd], [], [], max(timeout, 0.0))
+            elif timeout > 0:
+                time.sleep(min(timeout, 0.0005))
+            data = self.ser.read(max(self.ser.in_waiting, 1))
         return self.decoder.feed(data) if data else []
 
     def flush_input(self) -> None:
         self.ser.reset_input_buffer()
+        self._readable = True
         self.decoder = P.Decoder()
         self.backlog = []
 
     def close(self) -> None:
+        if self._epoll is not None:
+            self._epoll.close()
         try:
             self.ser.close()
         except self._serial_errors:
@@ -445,6 +481,12 @@ class _Loop:
         if isinstance(msg, P.State):
             self.on_state(f, msg, rx)
 
+    def catch_up(self) -> None:
+        """Handle the states that queued up while the policy loaded, so that
+        the first armed state is answered at once, not after the backlog."""
+        while frames := self.link.poll(0.0):
+            self.handle(frames)
+
     def arm(self) -> None:
         """ARM, confirmed by its ACK or by the first STATE in the armed mode
         (the ACK may be lost on a noisy line). From the moment ARM is sent the
@@ -480,6 +522,7 @@ class _Loop:
                 self.ended = "interrupted"
                 self.safe_stop()
                 return
+            self.catch_up()
             self.arm()
             self.start = start = time.monotonic()
             self.last_state_rx = last_rx = start

@@ -3,7 +3,8 @@
  * in real time, talking over a file descriptor (the master side of a
  * pseudo-terminal), with fault injection on the serial line.
  *
- * POSIX (clock_gettime, pselect, read, write); not for a board.
+ * POSIX (clock_gettime, read, write; epoll and timerfd on Linux, else pselect);
+ * not for a board.
  */
 #ifndef GRPO_HIL_H
 #define GRPO_HIL_H
@@ -50,6 +51,7 @@ typedef struct {
 typedef struct {
   uint64_t t_us, ticks, late_ticks, arms;
   uint8_t mode, fault, disconnected, n_channels, realtime;
+  uint8_t io_error;            /* the loop could not set up its event wait: it served nothing */
   uint32_t rx_frames, rx_crc_errors, rx_bad_frames, watchdog_trips, stale_ticks;
   uint32_t tx_frames, tx_dropped, tx_corrupted_bytes, tx_overflow, rx_corrupted_bytes;
   uint32_t period_us;

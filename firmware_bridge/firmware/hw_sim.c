@@ -11,6 +11,10 @@
 #include <sys/select.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#endif
 
 #include "pendsim.h"
 
@@ -40,6 +44,10 @@ struct hil_sim {
   tx_slot txq[TXQ];
   unsigned tx_head, tx_count;
   uint64_t last_release_us;
+  int rx_ready;                /* input may be waiting: read before sleeping */
+#ifdef __linux__
+  int epoll_fd, timer_fd, io_want_write;
+#endif
   hil_stats stats;
 };
 
@@ -131,6 +139,9 @@ int hil_init(hil_sim *h, const hil_options *o)
   memset(h, 0, sizeof *h);
   h->o = *o;
   h->fd = o->fd;
+#ifdef __linux__
+  h->epoll_fd = h->timer_fd = -1;
+#endif
   h->rng = o->seed ^ 0x5DEECE66Dull;
   clock_gettime(CLOCK_MONOTONIC, &h->t0);
   if (ps_model_init(&h->m, o->system, o->preset) != PS_OK)
@@ -195,18 +206,69 @@ static void note_mode(hil_sim *h, uint8_t before)
   if (before != MODE_ARMED && h->dev.mode == MODE_ARMED) h->stats.arms++;
 }
 
+/* One read takes all the line discipline holds (its buffer is 4096 bytes).
+ * Reading again to see EAGAIN is what must not happen (see wait_io). */
 static void receive(hil_sim *h)
 {
-  uint8_t buf[512];
-  for (;;) {
-    const ssize_t n = read(h->fd, buf, sizeof buf);
-    if (n <= 0) return;  /* EAGAIN, or no writer: nothing to do */
-    if (h->o.faults.both_ways && h->o.faults.corrupt_rate > 0)
-      h->stats.rx_corrupted_bytes += corrupt(h, buf, (size_t)n);
-    const uint8_t before = h->dev.mode;
-    fw_receive(&h->dev, buf, (size_t)n);
-    note_mode(h, before);
+  uint8_t buf[4096];
+  const ssize_t n = read(h->fd, buf, sizeof buf);
+  h->rx_ready = n == (ssize_t)sizeof buf;
+  if (n <= 0) return;  /* EAGAIN, or no writer: nothing to do */
+  if (h->o.faults.both_ways && h->o.faults.corrupt_rate > 0)
+    h->stats.rx_corrupted_bytes += corrupt(h, buf, (size_t)n);
+  const uint8_t before = h->dev.mode;
+  fw_receive(&h->dev, buf, (size_t)n);
+  note_mode(h, before);
+}
+
+/* Sleep until `wake` (device microseconds), input, or room to write when
+ * `want_write`; `wake` 0 only collects what has already happened. Sets
+ * h->rx_ready when input may be waiting.
+ *
+ * Why epoll, edge-triggered, on Linux: a tty's poll() and a read that finds
+ * nothing both wait for the kernel worker that moves bytes into the line
+ * discipline. That worker has just woken this (real-time) thread and been
+ * preempted by it, so each such wait queued it behind whatever else the CPU
+ * runs: 1+ ms stalls, missed periods. An edge-triggered epoll never polls the
+ * tty unasked, and receive() reads only after an edge. */
+static void wait_io(hil_sim *h, uint64_t wake, int want_write)
+{
+#ifdef __linux__
+  if (want_write != h->io_want_write && h->fd >= 0) {
+    struct epoll_event ev = {EPOLLIN | EPOLLET | (want_write ? EPOLLOUT : 0), {.fd = h->fd}};
+    epoll_ctl(h->epoll_fd, EPOLL_CTL_MOD, h->fd, &ev);
+    h->io_want_write = want_write;
   }
+  if (wake) {
+    const uint64_t ns = (uint64_t)h->t0.tv_nsec + wake * 1000u;
+    struct itimerspec at;
+    memset(&at, 0, sizeof at);
+    at.it_value.tv_sec = h->t0.tv_sec + (time_t)(ns / 1000000000u);
+    at.it_value.tv_nsec = (long)(ns % 1000000000u);
+    timerfd_settime(h->timer_fd, TFD_TIMER_ABSTIME, &at, 0);
+  }
+  struct epoll_event events[2];
+  const int n = epoll_wait(h->epoll_fd, events, 2, wake ? -1 : 0);
+  for (int i = 0; i < n; ++i) {
+    if (events[i].data.fd == h->fd && events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+      h->rx_ready = 1;
+    if (events[i].data.fd == h->timer_fd) {
+      uint64_t expirations;
+      if (read(h->timer_fd, &expirations, sizeof expirations) < 0) { /* EAGAIN: disarmed */ }
+    }
+  }
+#else  /* POSIX: pselect (a tty poll may wait for the kernel's worker, see above) */
+  const uint64_t now = now_us(h);
+  const uint64_t wait = wake > now ? wake - now : 0;
+  struct timespec ts = {(time_t)(wait / 1000000u), (long)(wait % 1000000u) * 1000L};
+  fd_set readable, writable;
+  FD_ZERO(&readable);
+  FD_ZERO(&writable);
+  if (h->fd >= 0) FD_SET(h->fd, &readable);
+  if (want_write) FD_SET(h->fd, &writable);
+  const int r = pselect(h->fd >= 0 ? h->fd + 1 : 0, &readable, &writable, 0, &ts, 0);
+  if (r > 0 && h->fd >= 0 && FD_ISSET(h->fd, &readable)) h->rx_ready = 1;
+#endif
 }
 
 static void tick(hil_sim *h, int late)
@@ -240,6 +302,23 @@ void hil_run(hil_sim *h, double duration_s)
   const uint64_t disconnect = disc > 0 ? start + (uint64_t)(disc * 1e6) : UINT64_MAX;
   uint64_t next = start;
   h->stop = 0;
+  h->rx_ready = 1;  /* input may predate the epoll registration */
+#ifdef __linux__
+  h->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  h->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  struct epoll_event ev = {EPOLLIN | EPOLLET, {.fd = h->timer_fd}};
+  if (h->epoll_fd < 0 || h->timer_fd < 0 ||
+      epoll_ctl(h->epoll_fd, EPOLL_CTL_ADD, h->timer_fd, &ev) != 0) {
+    h->stats.io_error = 1;  /* out of file descriptors: serve nothing */
+    h->stop = 1;
+  }
+  ev.data.fd = h->fd;
+  if (h->fd >= 0 && !h->stop && epoll_ctl(h->epoll_fd, EPOLL_CTL_ADD, h->fd, &ev) != 0) {
+    h->stats.io_error = 1;
+    h->stop = 1;
+  }
+  h->io_want_write = 0;
+#endif
   if (h->o.realtime) {  /* a real-time priority keeps the ticks on time on a busy host */
     struct sched_param sp;
     memset(&sp, 0, sizeof sp);
@@ -250,14 +329,15 @@ void hil_run(hil_sim *h, double duration_s)
     uint64_t now = now_us(h);
     if (now >= end) break;
     if (now >= disconnect && h->fd >= 0) {
-      close(h->fd);
+      close(h->fd);  /* closing also removes it from the epoll set */
       h->fd = -1;
       h->stats.disconnected = 1;
     }
     flush_tx(h, now);
     if (now >= next) {
       /* what arrived while we slept late is not the host's fault: read it first */
-      if (h->fd >= 0) receive(h);
+      wait_io(h, 0, 0);
+      if (h->rx_ready && h->fd >= 0) receive(h);
       const int late = now >= next + period;
       tick(h, late);
       next += period;
@@ -273,16 +353,14 @@ void hil_run(hil_sim *h, double duration_s)
       if (release > now && release < wake) wake = release;
       blocked = release <= now;
     }
-    const uint64_t wait = wake - now;
-    struct timespec ts = {(time_t)(wait / 1000000u), (long)(wait % 1000000u) * 1000L};
-    fd_set readable, writable;
-    FD_ZERO(&readable);
-    FD_ZERO(&writable);
-    if (h->fd >= 0) FD_SET(h->fd, &readable);
-    if (blocked) FD_SET(h->fd, &writable);
-    const int r = pselect(h->fd >= 0 ? h->fd + 1 : 0, &readable, &writable, 0, &ts, 0);
-    if (r > 0 && h->fd >= 0 && FD_ISSET(h->fd, &readable)) receive(h);
+    if (!h->rx_ready) wait_io(h, wake, blocked);
+    if (h->rx_ready && h->fd >= 0) receive(h);
   }
+#ifdef __linux__
+  if (h->timer_fd >= 0) close(h->timer_fd);
+  if (h->epoll_fd >= 0) close(h->epoll_fd);
+  h->timer_fd = h->epoll_fd = -1;
+#endif
   h->stats.t_us = now_us(h);
 }
 
