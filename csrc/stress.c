@@ -2,7 +2,8 @@
  * A stress test of the public API, meant to run under AddressSanitizer and
  * UndefinedBehaviorSanitizer (tests/test_sim_sanitizers.py builds it):
  * every preset with actuation delay, sensor noise and quantisation, random
- * and out-of-range actions, autoreset, rollouts and branch copies.
+ * and out-of-range actions, far-out states, autoreset, rollouts and branch
+ * copies.
  * It checks, besides what the sanitizers check, that observations stay
  * finite, that a copy stepped with the same actions stays bit-identical,
  * and that a NaN action is refused without touching the state.
@@ -114,6 +115,10 @@ int main(void)
       if (ps_step(&m, &a.d, bad, obs, reward, term, trunc, 0, NULL) != PS_ERR_NONFINITE ||
           memcmp(c.x, a.x, sizeof a.x) != 0 || a.ctr[0] != ctr0)
         return fail("NaN action not refused cleanly", system, preset);
+      /* states far beyond any episode (a user's set_state): stepped without harm */
+      for (int b = 0; b < NENV; ++b) a.x[b] = (b % 3 == 0) ? 1e300 : (b % 3 == 1) ? -3e7 : 1e5;
+      if (ps_step(&m, &a.d, actions, obs, reward, term, trunc, 1, NULL) != PS_OK)
+        return fail("far states", system, preset);
       idx[0] = NENV;
       if (ps_copy_envs(&m, &c.d, idx, &a.d, src, 1) != PS_ERR_INDEX)
         return fail("out-of-range copy not refused", system, preset);
