@@ -28,7 +28,7 @@ import os
 import time
 import multiprocessing
 import signal
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 # Idle OpenMP threads sleep instead of spinning: on a machine shared with
 # other processes, spinning made two-thread updates 20-60x slower. Only
@@ -41,6 +41,15 @@ import torch  # noqa: E402
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.policy import GaussianPolicy, gaussian_log_prob, log_tanh_jacobian
 from grpo_ctrl.sim import BatchSim
+
+
+def two_cores() -> bool:
+    """Whether this process may run on two cores or more (overlap's default:
+    on one core the collector would only take turns with the update)."""
+    try:
+        return len(os.sched_getaffinity(0)) >= 2
+    except AttributeError:  # no affinity on this platform
+        return (os.cpu_count() or 1) >= 2
 
 
 @dataclass
@@ -68,7 +77,7 @@ class GRPOConfig:
     # optimisation
     epochs: int = 1               # passes over each batch of groups (mu)
     minibatches: int = 2          # minibatches per epoch, split by branch
-    lr: float = 3e-3              # Adam learning rate at the start
+    lr: float = 2e-3              # Adam learning rate at the start
     lr_end: float = 0.05          # learning rate at the end of the budget, as a fraction of lr
     max_grad_norm: float = 1.0    # gradient clipping by global norm
     # policy
@@ -84,7 +93,7 @@ class GRPOConfig:
     eval_every: float = 1.0       # training seconds between evaluations (best checkpoint)
     eval_episodes: int = 100      # episodes per evaluation (fixed starts, deterministic policy)
     threads: int = 1              # torch threads for the update (rollouts use one: small ops)
-    overlap: bool = False         # collect the next batch in a 2nd process during this update
+    overlap: bool = field(default_factory=two_cores)  # next batch collected meanwhile, 2nd core
 
 
 CHOICES = {"continuation": ("greedy", "softmax", "random", "policy"),

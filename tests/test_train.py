@@ -57,7 +57,7 @@ def test_overlapped_collection_learns_and_is_reproducible():
     for a, b in zip(first.policy.parameters(), second.policy.parameters()):
         assert torch.equal(a, b)
     assert _score(first) > -300
-    synchronous = _trained(3, 3)
+    synchronous = _trained(3, 3, overlap=False)
     overlapped = _trained(3, 3, overlap=True)
     assert not torch.equal(synchronous.policy.net[0].weight, overlapped.policy.net[0].weight)
 
