@@ -229,3 +229,17 @@ def test_added_latency_shows_in_the_measured_round_trip(swingup, tmp_path):
     assert slow["loop_latency_ms_p50"] - clean["loop_latency_ms_p50"] == pytest.approx(2.0, abs=0.5)
     assert slow["loop_latency_ms_p99"] > 6.0          # the spikes
     assert slow["missed_deadlines"] > clean["missed_deadlines"]
+
+
+def test_demo_trains_exports_and_flies_the_hil_pendulum(tmp_path):
+    """The README's first command, shortened: train (both cores), export,
+    serve the HIL pendulum on a pty, fly it, and leave it upright."""
+    out = tmp_path / "demo"
+    r = subprocess.run(CLI + ["demo", "--budget", "3", "--duration", "4", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    for name in ("policy.onnx", "telemetry.csv", "loop.png", "run/best.pt"):
+        assert (out / name).is_file(), name
+    assert "ended: completed" in r.stdout and "disarm acknowledged" in r.stdout
+    end = next(line for line in r.stdout.splitlines() if line.startswith("pendulum at the end"))
+    assert end.endswith("(upright)"), end
