@@ -265,7 +265,8 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
 def run(args) -> int:
     system, preset, cfg, out = resolve(args)
     print(f"training {system}/{preset} into {out} for "
-          f"{cfg.time_budget:g} s" + (f" or {cfg.iterations} iterations" if cfg.iterations else ""))
+          f"{cfg.time_budget:g} s" + (f" or {cfg.iterations} iterations" if cfg.iterations else "")
+          + ("; rollouts on the second core (--overlap false: one core)" if cfg.overlap else ""))
     summary = train(system, preset, cfg, out, resume=args.resume, progress=not args.quiet)
     print(f"done: {summary['iterations']} iterations in {summary['wall_time']:.1f} s; best "
           f"evaluation return {summary['best_return']:.1f} ({cfg.eval_episodes} episodes); "
