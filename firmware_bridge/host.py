@@ -73,6 +73,7 @@ class Link:
         # finds it empty.
         self._epoll = None
         if self._fd is not None and hasattr(select, "epoll"):
+            os.set_blocking(self._fd, False)  # pyserial's already is: reads never wait
             self._epoll = select.epoll()
             self._epoll.register(self._fd, select.EPOLLIN | select.EPOLLET)
         self._readable = True  # an edge may have passed before registration
