@@ -76,7 +76,6 @@ static inline __attribute__((always_inline)) double angle_normalize_near(double 
   return ((a > -two_pi && a < 2 * two_pi) ? r : r_far) - PI;
 }
 
-
 static inline uint64_t double_bits(double x)
 {
   uint64_t u;
