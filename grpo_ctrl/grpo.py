@@ -116,9 +116,10 @@ SYSTEM_DEFAULTS = {
     # 500 Hz control: hold each training action for 5 steps (100 Hz decisions), so that
     # exploration noise is not averaged away within the pendulum's time constant; the
     # deployed controller still acts every step. Without it: 0 % success after 300 s.
+    # lr 1.5e-3: with overlap, 100 % success on both seeds tried (2e-3: 97 % and 100 %)
     ("furuta", "qube-servo2"): {"action_repeat": 5, "horizon": 120, "loss_steps": 60,
-                                "gamma": 0.99, "time_budget": 120.0, "eval_every": 20.0,
-                                "eval_episodes": 50},
+                                "gamma": 0.99, "lr": 1.5e-3, "time_budget": 120.0,
+                                "eval_every": 20.0, "eval_episodes": 50},
 }
 
 
