@@ -229,3 +229,33 @@ def test_reference_board_back_end_runs_against_a_mock_arduino(tmp_path):
                     str(fw / "fw_core.c"), str(fw / "proto.c"), "-lm", "-o", str(exe)], check=True)
     r = subprocess.run([str(exe)], capture_output=True, text=True)
     assert r.returncode == 0 and "0 failures" in r.stdout, r.stdout + r.stderr
+
+
+def test_link_reads_a_burst_larger_than_one_read_without_losing_a_frame():
+    """The host waits with edge-triggered epoll and reads 4096 bytes a time:
+    a burst of several tty buffers (a host that stalled at 1 kHz) arrives in
+    full, in order, and the wait that follows still wakes on new bytes."""
+    import pty
+    master, slave = pty.openpty()
+    os.set_blocking(master, False)
+    link = Link(os.ttyname(slave))
+    try:
+        link.flush_input()
+        wire = b"".join(P.encode(P.Heartbeat(), seq) for seq in range(3000))
+        assert len(wire) > 4 * 4096
+        sent, got, end = 0, [], time.monotonic() + 10
+        while len(got) < 3000 and time.monotonic() < end:
+            if sent < len(wire):
+                try:
+                    sent += os.write(master, wire[sent:sent + 8192])
+                except BlockingIOError:
+                    pass
+            got += link.poll(0.01)
+        assert [f.seq for f in got] == list(range(3000))
+        os.write(master, P.encode(P.Heartbeat(), 3000))  # a new edge after the drain
+        late = link.poll(1.0)
+        assert [f.seq for f in late] == [3000]
+    finally:
+        link.close()
+        os.close(master)
+        os.close(slave)
