@@ -484,8 +484,10 @@ class _Loop:
 
     def catch_up(self) -> None:
         """Handle the states that queued up while the policy loaded, so that
-        the first armed state is answered at once, not after the backlog."""
-        while frames := self.link.poll(0.0):
+        the first armed state is answered at once, not after the backlog
+        (for at most a second: a device faster than this host never drains)."""
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end and (frames := self.link.poll(0.0)):
             self.handle(frames)
 
     def arm(self) -> None:
