@@ -41,11 +41,11 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from export.c_build import CFLAGS, CPolicy, compile_shared, host_cc
-from export.c_codegen import write_c
-from export.onnx_export import export_onnx
-from export.session import PolicySession
-from export.verify import operating_observations
+from grpo_ctrl.export.c_build import CFLAGS, CPolicy, compile_shared, host_cc
+from grpo_ctrl.export.c_codegen import write_c
+from grpo_ctrl.export.onnx_export import export_onnx
+from grpo_ctrl.export.session import PolicySession
+from grpo_ctrl.export.verify import operating_observations
 from grpo_ctrl.grpo import GRPOConfig
 from grpo_ctrl.policy import GaussianPolicy, PolicyController
 from grpo_ctrl.sim import BatchSim

@@ -35,8 +35,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from firmware_bridge.hil import HilConfig, serve_hil
-from firmware_bridge.host import run_loop
+from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil
+from grpo_ctrl.firmware_bridge.host import run_loop
 
 TARGET_RATE, TARGET_P99_MS, TARGET_MISSED = 1000.0, 1.0, 0.001
 

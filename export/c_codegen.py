@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from export import metadata
+from grpo_ctrl.export import metadata
 from grpo_ctrl.files import atomic_write, check_folder
 from grpo_ctrl.errors import UserError
 

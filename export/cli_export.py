@@ -12,10 +12,10 @@ import pickle
 import zipfile
 from pathlib import Path
 
-from export.c_codegen import generate_c, write_c
+from grpo_ctrl.export.c_codegen import generate_c, write_c
 from grpo_ctrl.files import atomic_write, check_folder, check_writable
-from export.onnx_export import export_onnx, source_of
-from export.verify import TOLERANCE, operating_observations
+from grpo_ctrl.export.onnx_export import export_onnx, source_of
+from grpo_ctrl.export.verify import TOLERANCE, operating_observations
 from grpo_ctrl.controller import BASELINES, load_controller
 from grpo_ctrl.errors import UserError
 
@@ -80,7 +80,7 @@ def run(args) -> int:
     print(f"ONNX vs torch: {result.summary()}")
     c_src = None
     if args.c is not None:
-        from export.c_build import check_c, host_cc
+        from grpo_ctrl.export.c_build import check_c, host_cc
 
         c_src = generate_c(model, args.c_name)
         if host_cc():

@@ -6,8 +6,8 @@ from collections import Counter
 
 import numpy as np
 
-from export import metadata
-from export.onnx_export import load_onnx
+from grpo_ctrl.export import metadata
+from grpo_ctrl.export.onnx_export import load_onnx
 from grpo_ctrl.errors import UserError
 
 

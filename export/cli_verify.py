@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 
-from export.cli_export import add_source_arguments, controller_from_args
-from export.cli_inspect import describe
-from export.onnx_export import load_onnx, source_of
-from export.verify import verify
+from grpo_ctrl.export.cli_export import add_source_arguments, controller_from_args
+from grpo_ctrl.export.cli_inspect import describe
+from grpo_ctrl.export.onnx_export import load_onnx, source_of
+from grpo_ctrl.export.verify import verify
 from grpo_ctrl.errors import UserError
 
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import onnx
 import torch
 
-from export import metadata
+from grpo_ctrl.export import metadata
 from grpo_ctrl.files import atomic_write
-from export.verify import Verification, verify
+from grpo_ctrl.export.verify import Verification, verify
 from grpo_ctrl.errors import UserError
 
 OPSET = 17

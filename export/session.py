@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from export import metadata
+from grpo_ctrl.export import metadata
 from grpo_ctrl.errors import UserError
 
 _REQUIRED = ("system", "preset", "obs_names", "u_max", "dt")

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import torch
 
-from export.session import tuned_options
+from grpo_ctrl.export.session import tuned_options
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.sim import BatchSim
 

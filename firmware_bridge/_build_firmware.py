@@ -19,7 +19,7 @@ FIRMWARE = ROOT / "firmware_bridge" / "firmware"
 ffibuilder = FFI()
 ffibuilder.cdef(cdef_from_headers(FIRMWARE / "proto.h", FIRMWARE / "hil.h"))
 ffibuilder.set_source(
-    "firmware_bridge._firmware",
+    "grpo_ctrl.firmware_bridge._firmware",
     '#include "proto.h"\n#include "hil.h"\n',
     # setuptools wants paths relative to the project root
     sources=["firmware_bridge/firmware/proto.c", "firmware_bridge/firmware/fw_core.c",

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from firmware_bridge._firmware import ffi, lib
-from firmware_bridge.protocol import FAULTS, MODES, SYSTEMS
+from grpo_ctrl.firmware_bridge._firmware import ffi, lib
+from grpo_ctrl.firmware_bridge.protocol import FAULTS, MODES, SYSTEMS
 from grpo_ctrl.errors import UserError
 
 # Default safety limits of the simulated rigs: (velocity limit per channel in

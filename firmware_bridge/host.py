@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from firmware_bridge import protocol as P
+from grpo_ctrl.firmware_bridge import protocol as P
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import save_figure
 
@@ -209,7 +209,7 @@ class Features:
 def load_policy(path, info: P.Info, features: Features, warn=print):
     """The ONNX controller, checked against the device: same system, same
     observation layout, same actuator limit; otherwise a refusal."""
-    from export.session import PolicySession
+    from grpo_ctrl.export.session import PolicySession
 
     try:
         policy = PolicySession(path, system=info.system_name, nobs=len(features.obs_names),

@@ -19,11 +19,11 @@ COMMANDS = {
     "train": ("grpo_ctrl.train", "train a controller with GRPO"),
     "eval": ("grpo_ctrl.evaluate", "evaluate a trained run or a baseline controller"),
     "baselines": ("grpo_ctrl.baselines.report", "tabulate the classic controllers on every plant"),
-    "export": ("export.cli_export", "export a controller to ONNX and/or C"),
-    "inspect": ("export.cli_inspect", "print the metadata of an exported ONNX controller"),
-    "verify": ("export.cli_verify", "check an exported ONNX controller against its source"),
-    "hil": ("firmware_bridge.hil", "serve a hardware-in-the-loop pendulum on a pseudo-terminal"),
-    "run": ("firmware_bridge.host", "run an ONNX controller closed-loop over serial"),
+    "export": ("grpo_ctrl.export.cli_export", "export a controller to ONNX and/or C"),
+    "inspect": ("grpo_ctrl.export.cli_inspect", "print the metadata of an exported ONNX controller"),
+    "verify": ("grpo_ctrl.export.cli_verify", "check an exported ONNX controller against its source"),
+    "hil": ("grpo_ctrl.firmware_bridge.hil", "serve a hardware-in-the-loop pendulum on a pseudo-terminal"),
+    "run": ("grpo_ctrl.firmware_bridge.host", "run an ONNX controller closed-loop over serial"),
     "bench": ("grpo_ctrl.bench_cli", "run a benchmark (sim, train, export, loop)"),
 }
 

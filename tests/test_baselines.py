@@ -207,10 +207,10 @@ def test_controllers_export_bit_exactly_to_onnx_and_c(name, system, preset):
     # export.portable's ops, which torch, onnxruntime and C round alike
     import onnxruntime
 
-    from export.c_build import check_c, host_cc
-    from export.c_codegen import generate_c
-    from export.onnx_export import to_onnx
-    from export.verify import operating_observations
+    from grpo_ctrl.export.c_build import check_c, host_cc
+    from grpo_ctrl.export.c_codegen import generate_c
+    from grpo_ctrl.export.onnx_export import to_onnx
+    from grpo_ctrl.export.verify import operating_observations
 
     c = make_controller(name, system, preset)
     model = to_onnx(c)

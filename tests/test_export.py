@@ -15,13 +15,13 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from export import metadata
-from export.c_build import CPolicy, check_c, compile_shared, host_cc
-from export.c_codegen import generate_c, write_c
-from export.onnx_export import export_onnx, to_onnx
-from export.portable import atan2, dot, quadratic_form
-from export.session import PolicySession
-from export.verify import TOLERANCE, operating_observations, operating_states, verify
+from grpo_ctrl.export import metadata
+from grpo_ctrl.export.c_build import CPolicy, check_c, compile_shared, host_cc
+from grpo_ctrl.export.c_codegen import generate_c, write_c
+from grpo_ctrl.export.onnx_export import export_onnx, to_onnx
+from grpo_ctrl.export.portable import atan2, dot, quadratic_form
+from grpo_ctrl.export.session import PolicySession
+from grpo_ctrl.export.verify import TOLERANCE, operating_observations, operating_states, verify
 from grpo_ctrl.cli import main
 from grpo_ctrl.controller import act
 from grpo_ctrl.errors import UserError
@@ -371,7 +371,7 @@ def test_c_generator_names_an_unsupported_op():
 @pytest.mark.parametrize("value,literal", [(1.0, "1.0f"), (-0.5, "(-0.5f)"), (1e-20, "9.99999968e-21f"),
                                            (math.inf, "INFINITY"), (0.1, "0.100000001f")])
 def test_float_literals_round_trip_exactly(value, literal):
-    from export.c_codegen import _float_literal
+    from grpo_ctrl.export.c_codegen import _float_literal
 
     assert _float_literal(value) == literal
     text = literal.strip("()").rstrip("f")

@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from firmware_bridge import protocol as P
-from firmware_bridge.hil import HilConfig, serve_hil, spawn_hil
-from firmware_bridge.host import Link
+from grpo_ctrl.firmware_bridge import protocol as P
+from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil, spawn_hil
+from grpo_ctrl.firmware_bridge.host import Link
 from grpo_ctrl.sim import BatchSim
 
 RIG_PERIOD_US = 5000

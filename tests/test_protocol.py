@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from firmware_bridge import protocol as P
-from firmware_bridge._firmware import ffi, lib
+from grpo_ctrl.firmware_bridge import protocol as P
+from grpo_ctrl.firmware_bridge._firmware import ffi, lib
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRMWARE = ROOT / "firmware_bridge" / "firmware"

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from firmware_bridge import protocol as P
-from firmware_bridge.hil import HilConfig, serve_hil
-from firmware_bridge.host import read_telemetry, run_loop
+from grpo_ctrl.firmware_bridge import protocol as P
+from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil
+from grpo_ctrl.firmware_bridge.host import read_telemetry, run_loop
 
 CLI = [sys.executable, "-m", "grpo_ctrl.cli"]
 
@@ -152,7 +152,7 @@ def relabelled(src, dst, **changes):
     """A copy of an exported controller with some metadata changed."""
     import onnx
 
-    from export import metadata
+    from grpo_ctrl.export import metadata
 
     model = onnx.load(str(src))
     metadata.write(model, changes)

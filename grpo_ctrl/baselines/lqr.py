@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from export import portable
+from grpo_ctrl.export import portable
 from grpo_ctrl.baselines.linearize import discrete_by_simulation, equilibrium
 from grpo_ctrl.sim import BatchSim, PlantSpec
 

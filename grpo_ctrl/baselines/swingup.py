@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from export import portable
+from grpo_ctrl.export import portable
 from grpo_ctrl.baselines.lqr import LQRDesign, design, obs_to_state
 from grpo_ctrl.sim import BatchSim, PlantSpec
 

@@ -1,0 +1,34 @@
+"""The install puts one top-level package, ``grpo_ctrl``, in site-packages.
+
+export/ and firmware_bridge/ sit at the top of the repository (the product
+card's layout) but install as ``grpo_ctrl.export`` and
+``grpo_ctrl.firmware_bridge``: a user's own ``export.py`` cannot shadow them,
+and they shadow nothing of the user's.
+"""
+import subprocess
+import sys
+
+
+def _python(code: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True)
+
+
+def test_the_bridge_and_exporter_import_under_the_grpo_ctrl_namespace(tmp_path):
+    done = _python("import grpo_ctrl.export.onnx_export, grpo_ctrl.firmware_bridge.protocol;"
+                   "from grpo_ctrl.firmware_bridge._firmware import lib;"
+                   "print(grpo_ctrl.export.__name__)", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "grpo_ctrl.export"
+
+
+def test_no_generic_top_level_names_are_installed(tmp_path):
+    for name in ("export", "firmware_bridge"):
+        done = _python(f"import {name}", tmp_path)
+        assert done.returncode != 0 and "No module named" in done.stderr, name
+
+
+def test_a_users_own_export_module_does_not_shadow_ours(tmp_path):
+    (tmp_path / "export.py").write_text("raise SystemExit('the user module was imported')\n")
+    done = _python("import grpo_ctrl.export.metadata as m; print(m.__name__)", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "grpo_ctrl.export.metadata"
