@@ -10,10 +10,14 @@ plot), ``loop.py`` (the loop, safe stop, summary).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import gc
 import json
+import math
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -28,74 +32,131 @@ from grpo_ctrl.firmware_bridge.telemetry import Telemetry, write_plot
 EXIT_CODES = {"completed": 0, "fault": 3, "link lost": 4, "interrupted": 130}
 
 
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, n))
+
+
 def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None, *,
              baudrate: int = 1_000_000, stop: threading.Event | None = None,
              print_fn=print) -> dict:
     """Run ``policy_path`` (ONNX) on the device at ``port`` for ``duration``
     seconds; returns the summary dict (``ended``: completed, interrupted,
-    fault or link lost). Telemetry goes to ``log`` (.csv or .jsonl) and the
-    plot to ``plot`` (default: next to ``log``). Ctrl-C (in the main thread)
-    or ``stop.set()`` end the run safely."""
-    if not duration > 0:
-        raise UserError(f"--duration must be positive, got {duration}")
+    fault, link lost or error). Telemetry goes to ``log`` (.csv or .jsonl) and
+    the plot to ``plot`` (None: next to ``log``; False: none). SIGINT, SIGTERM
+    and SIGHUP (in the main thread) or ``stop.set()`` end the run safely: zero
+    command, DISARM, log and plot written."""
+    if not duration > 0 or not math.isfinite(duration):
+        raise UserError(f"--duration must be a positive number of seconds, got {duration}")
     if not Path(policy_path).is_file():
         raise UserError(f"no ONNX controller at {str(policy_path)!r}; export one with "
                         "`grpo-ctrl export ... --onnx FILE`")
     log = Path(log) if log else None
-    plot = Path(plot) if plot else (log.with_suffix(".png") if log else None)
-    link = Link(port, baudrate)
-    telemetry = None
+    if plot is None:
+        plot = log.with_suffix(".png") if log else None
+    plot = Path(plot) if plot else None
+    _check_outputs(log, plot)
     stop = stop or threading.Event()
-    previous_handler = None
+    caught: list[int] = []
+    previous_handlers = {}
     if threading.current_thread() is threading.main_thread():
-        previous_handler = signal.signal(signal.SIGINT, lambda *_: stop.set())
-    previous_policy = _realtime_priority()
+        def on_signal(signum, _frame):
+            caught.append(signum)
+            stop.set()
+        previous_handlers = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
+    telemetry = loop = None
     try:
-        info, info_frame = handshake(link)
-        features = Features(info)
-        policy = load_onnx_controller(policy_path, info, features, warn=print_fn)
-        telemetry = Telemetry(log)
-        loop = ControlLoop(link, info, features, policy, telemetry, stop)
-        loop.account(info_frame, P.Info.unpack(info_frame.payload), time.monotonic())
-        # no garbage-collector pauses inside the loop: it makes no reference
-        # cycles, so reference counting frees everything as it goes
-        gc.collect()
-        gc.disable()
-        try:
-            loop.run(duration)
-        finally:
-            gc.enable()
-        summary = loop.summary()
+        with Link(port, baudrate) as link:
+            info, info_frame = handshake(link)
+            features = Features(info)
+            policy = load_onnx_controller(policy_path, info, features, warn=print_fn)
+            telemetry = Telemetry(log)
+            loop = ControlLoop(link, info, features, policy, telemetry, stop)
+            loop.account(info_frame, P.Info.unpack(info_frame.payload), time.monotonic())
+            with _realtime() as granted:
+                loop.run(duration)
+            summary = loop.summary()
+            summary.update(granted, low_latency_mode=link.low_latency)
+        telemetry.close()
+        summary["telemetry_dropped"] = telemetry.dropped
+        if telemetry.error:
+            print_fn(f"warning: the telemetry {str(log)!r} is incomplete: {telemetry.error}")
+        if caught:
+            summary["signal"] = signal.Signals(caught[0]).name
+        summary["log"] = str(log) if log else None
+        summary["plot"] = str(plot) if plot else None
+        if plot:
+            write_plot(plot, loop.r.t, loop.r.angle, loop.r.action, info.u_max,
+                       title=f"{features.system}/{info.preset} via {port}: {summary['ended']}")
     finally:
         if telemetry is not None:
             telemetry.close()
-        link.close()
-        if previous_handler is not None:
-            signal.signal(signal.SIGINT, previous_handler)
-        if previous_policy is not None:
-            os.sched_setscheduler(0, *previous_policy)
-    summary["low_latency_mode"] = link.low_latency
-    summary["realtime_priority"] = previous_policy is not None
-    summary["log"] = str(log) if log else None
-    summary["plot"] = str(plot) if plot else None
-    if plot:
-        write_plot(plot, loop.r.t, loop.r.angle, loop.r.action, info.u_max,
-                   title=f"{features.system}/{info.preset} via {port}: {summary['ended']}")
+        for s, handler in previous_handlers.items():
+            signal.signal(s, handler)
     return summary
 
 
-def _realtime_priority():
-    """Best effort: SCHED_FIFO for this thread while the loop runs (the loop
-    blocks in select, so it cannot starve the machine). Returns what to
-    restore, or None if not granted."""
-    if not hasattr(os, "sched_setscheduler"):
-        return None
+def _check_outputs(log: Path | None, plot: Path | None) -> None:
+    """Every output path is checked before the port is opened: a bad one is
+    a one-line error before anything moves, not after the run."""
+    for path, option in ((log, "--log"), (plot, "--plot")):
+        if path is None:
+            continue
+        if path.is_dir():
+            raise UserError(f"{option} {str(path)!r} is a folder; give a file name")
+        if log is not None and path == log and option == "--plot":
+            raise UserError(f"--plot and --log are the same file {str(path)!r}; give two names")
+        folder = path.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent  # the folder is created: its nearest existing parent counts
+        if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+            raise UserError(f"{option} {str(path)!r}: cannot write in {str(folder)!r}; "
+                            "choose a writable place")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise UserError(f"{option} {str(path)!r} exists and is not writable; choose another "
+                            "name")
+
+
+@contextlib.contextmanager
+def _realtime():
+    """While the loop runs: SCHED_FIFO for this thread (it blocks in select,
+    so it cannot starve the machine), its memory locked as it is touched (a
+    busy machine reclaims page cache, the loop's code pages among them, and
+    faulting one back in waits on the disk), and no garbage-collector pauses
+    (the loop makes no reference cycles). Each is best effort."""
+    before = None
+    if hasattr(os, "sched_setscheduler"):
+        try:
+            before = (os.sched_getscheduler(0), os.sched_getparam(0))
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(5))
+        except OSError:
+            before = None
+    locked = _lock_memory()
+    gc.collect()
+    gc.disable()
     try:
-        before = (os.sched_getscheduler(0), os.sched_getparam(0))
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(5))
-        return before
-    except (OSError, PermissionError):
-        return None
+        yield {"realtime_priority": before is not None, "memory_locked": locked}
+    finally:
+        gc.enable()
+        if locked:
+            _libc().munlockall()
+        if before is not None:
+            os.sched_setscheduler(0, *before)
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _lock_memory() -> bool:
+    """mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT): pages in memory stay
+    there, pages touched later are locked when touched (nothing is read in
+    ahead). Needs root or CAP_IPC_LOCK; Linux only."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return _libc().mlockall(1 | 2 | 4) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 # ---------------------------------------------------------------------- CLI
@@ -118,4 +179,6 @@ def run(args) -> int:
     summary = run_loop(args.port, args.policy, args.duration, log, args.plot,
                        baudrate=args.baud)
     print(json.dumps(summary) if args.json else format_summary(summary), flush=True)
+    if "signal" in summary:  # stopped by a signal: the shell's convention, 128 + its number
+        return 128 + signal.Signals[summary["signal"]].value
     return EXIT_CODES.get(summary["ended"].split(":")[0], 1)
