@@ -243,10 +243,13 @@ def test_added_latency_shows_in_the_measured_round_trip(swingup, tmp_path):
 
 def test_demo_trains_exports_and_flies_the_hil_pendulum(tmp_path):
     """The README's first command, shortened: train (both cores), export,
-    serve the HIL pendulum on a pty, fly it, and leave it upright."""
+    serve the HIL pendulum on a pty, fly it, and leave it upright. Its
+    default budget is iterations, not seconds: a busy machine trains as far
+    (a 3 s budget gave 22 iterations at load average 15, and a policy that
+    never swung up)."""
     out = tmp_path / "demo"
-    r = subprocess.run(CLI + ["demo", "--budget", "3", "--duration", "4", "--out", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(CLI + ["demo", "--duration", "4", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     for name in ("policy.onnx", "telemetry.csv", "loop.png", "run/best.pt"):
         assert (out / name).is_file(), name
