@@ -16,7 +16,8 @@ from grpo_ctrl.export.c_codegen import generate_c, write_c
 from grpo_ctrl.files import atomic_write, check_folder, check_writable
 from grpo_ctrl.export.onnx_export import export_onnx, source_of
 from grpo_ctrl.export.verify import TOLERANCE, operating_observations
-from grpo_ctrl.controller import BASELINES, load_controller
+from grpo_ctrl.baselines import BASELINES
+from grpo_ctrl.controller import load_controller
 from grpo_ctrl.errors import UserError
 
 # what torch.load and friends raise for a damaged checkpoint

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write
+from grpo_ctrl.plant import plant_spec
 
 CHECKPOINT_FORMAT = "grpo-ctrl-policy-v1"
 ACTIVATIONS = {"relu": nn.ReLU, "elu": nn.ELU, "tanh": nn.Tanh}
@@ -245,10 +246,9 @@ def load_policy_controller(path, which: str = "best") -> PolicyController:
     """The deterministic controller of a run folder (its best checkpoint by
     default) or of a checkpoint file, per grpo_ctrl.controller's contract.
     ``.source_info`` = {run, checkpoint, sha256} of what it was loaded from."""
-    from grpo_ctrl.sim import BatchSim
     policy, ck, ck_path = load_policy(Path(path), which)
     try:
-        spec = BatchSim(ck["system"], 1, preset=ck["preset"]).spec
+        spec = plant_spec(ck["system"], ck["preset"])
     except ValueError as e:
         raise UserError(f"{str(ck_path)!r} names a plant this simulator lacks: {e}") from None
     digest = hashlib.sha256(ck_path.read_bytes()).hexdigest()

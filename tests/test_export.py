@@ -19,7 +19,7 @@ from grpo_ctrl.export import metadata
 from grpo_ctrl.export.c_build import CPolicy, check_c, compile_shared, host_cc
 from grpo_ctrl.export.c_codegen import generate_c, write_c
 from grpo_ctrl.export.onnx_export import export_onnx, to_onnx
-from grpo_ctrl.export.portable import atan2, dot, quadratic_form
+from grpo_ctrl.baselines.portable import atan2, dot, quadratic_form
 from grpo_ctrl.export.session import PolicySession
 from grpo_ctrl.export.verify import TOLERANCE, operating_observations, operating_states, verify
 from grpo_ctrl.cli import main
