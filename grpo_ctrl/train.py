@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 try:
-    import tomllib
+    import tomllib  # novermin: 3.10 takes the except branch
 except ModuleNotFoundError:  # Python 3.10: tomli is the same parser (pyproject requires it there)
     import tomli as tomllib
 
