@@ -93,6 +93,6 @@ def _final_angle(system: str, x: np.ndarray) -> float | None:
     """The pendulum's angle from upright at the end of the HIL trace."""
     if len(x) == 0:
         return None
-    from grpo_ctrl.baselines.evaluate import POLE
-    a = float(x[-1, POLE[system][0]])
+    from grpo_ctrl.plant import plant_spec
+    a = float(x[-1, plant_spec(system).pole_angle])
     return math.remainder(a, 2 * math.pi)
