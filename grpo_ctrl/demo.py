@@ -54,7 +54,8 @@ def _controller(args, out: Path):
 def run(args) -> int:
     from grpo_ctrl.export.onnx_export import export_onnx
     from grpo_ctrl.firmware_bridge.hil import serve_hil
-    from grpo_ctrl.firmware_bridge.host import format_summary, run_loop
+    from grpo_ctrl.firmware_bridge.host import run_loop
+    from grpo_ctrl.firmware_bridge.loop import format_summary
 
     if not args.budget > 0 or not args.duration > 0:
         raise UserError("--budget and --duration must be positive numbers of seconds")
