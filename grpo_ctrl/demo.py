@@ -12,8 +12,6 @@ import math
 import time
 from pathlib import Path
 
-import numpy as np
-
 from grpo_ctrl.errors import UserError
 
 DEFAULT_SYSTEM, DEFAULT_PRESET = "pendulum", "gym"
@@ -42,7 +40,7 @@ def _controller(args, out: Path):
     if args.quick:
         print(f"[1/4] controller: swing-up-plus-LQR baseline for {args.system}/{args.preset}")
         return load_controller("swingup-lqr", args.system, args.preset)
-    from grpo_ctrl.grpo import default_config
+    from grpo_ctrl.grpo_config import default_config
     from grpo_ctrl.train import train
     cfg = default_config(args.system, args.preset)
     # an iteration budget, not seconds: on a busy machine a time budget trains
@@ -91,7 +89,7 @@ def run(args) -> int:
         summary = run_loop(hil.port, onnx_path, args.duration, log=out / "telemetry.csv",
                            plot=out / "loop.png")
         trace = hil.trace()
-    angle = _final_angle(args.system, trace["x"])
+    angle = _final_angle(args.system, trace)
     print("\n" + format_summary(summary))
     if angle is not None:
         print(f"pendulum at the end: {angle:+.3f} rad from upright "
@@ -100,10 +98,14 @@ def run(args) -> int:
     return 0 if summary["ended"] == "completed" else 1
 
 
-def _final_angle(system: str, x: np.ndarray) -> float | None:
-    """The pendulum's angle from upright at the end of the HIL trace."""
+def _final_angle(system: str, trace: dict) -> float | None:
+    """The pendulum's angle from upright at the last tick the controller held
+    it (armed): after the disarm the HIL plant keeps running, and falls."""
+    from grpo_ctrl.firmware_bridge.protocol import MODE_ARMED
+    from grpo_ctrl.plant import plant_spec
+
+    x = trace["x"][trace["mode"] == MODE_ARMED]
     if len(x) == 0:
         return None
-    from grpo_ctrl.baselines.evaluate import POLE
-    a = float(x[-1, POLE[system][0]])
+    a = float(x[-1, plant_spec(system).pole_angle])
     return math.remainder(a, 2 * math.pi)
