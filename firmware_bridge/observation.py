@@ -11,6 +11,8 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.firmware_bridge import protocol as P
 from grpo_ctrl.plant import Observer, plant_spec
 
+MIN_PERIOD_US, MAX_PERIOD_US = 100, 10_000_000  # 10 kHz .. 0.1 Hz: what this host can run
+
 
 class Features:
     """Raw device counts -> the plant's observation vector. The sensors'
@@ -26,9 +28,15 @@ class Features:
         self.spec = plant_spec(self.system)
         self.obs_names = list(self.spec.obs_names)
         need = len(self.spec.channels)
-        if info.n_channels < need:
+        if not need <= info.n_channels <= P.MAX_CHANNELS:
             raise UserError(f"a {self.system} needs {need} sensor channels; the device has "
                             f"{info.n_channels}")
+        if not (MIN_PERIOD_US <= info.period_us <= MAX_PERIOD_US
+                and math.isfinite(info.u_max) and info.u_max > 0
+                and all(math.isfinite(c) for c in info.counts_per_unit)):
+            raise UserError(f"the device's INFO is not usable (period {info.period_us} us, "
+                            f"u_max {info.u_max}, counts per unit {info.counts_per_unit}); "
+                            "check the firmware")
         self.scale = np.array([(2 * math.pi if info.angle_mask >> c & 1 else 1.0) / cpu
                                if cpu > 0 else 0.0
                                for c, cpu in enumerate(info.counts_per_unit)])[:need]
