@@ -426,7 +426,7 @@ class _Loop:
             action = self.policy(obs)
             if not math.isfinite(action):
                 raise RuntimeError(f"the policy returned {action} for observation {obs}")
-            _, tx = self.link.send(P.Command(action, f.seq))
+            _, tx = self.link.send(P.Command(action, f.seq, s.t_us))
             r.commands += 1
             r.compute_us.append((tx - rx) * 1e6)
             r.armed_states += 1
@@ -435,6 +435,7 @@ class _Loop:
             if s.latency_us != LATENCY_UNKNOWN:
                 r.latencies_us.append(s.latency_us)
         self.last_obs, self.last_state_seq, self.last_state_rx = obs, f.seq, rx
+        self.last_state_t_us = s.t_us
         r.t.append(s.t_us * 1e-6)
         r.angle.append(self.features.angle(obs))
         r.action.append(s.actuator)
@@ -550,7 +551,7 @@ class _Loop:
                     # no STATE this period (lost or late): keep the watchdog fed with
                     # the command for the newest observation, answering its state
                     u = self.policy(self.last_obs)
-                    self.link.send(P.Command(u, self.last_state_seq))
+                    self.link.send(P.Command(u, self.last_state_seq, self.last_state_t_us))
                     self.r.keepalives += 1
                     next_keepalive = now + self.period
         except _DeviceStopped:

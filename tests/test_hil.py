@@ -35,7 +35,7 @@ class Client:
                 msg = P.decode_message(f)
                 self.frames.append((f, msg, time.monotonic()))
                 if answer is not None and isinstance(msg, P.State):
-                    self.link.send(P.Command(answer(msg), f.seq))
+                    self.link.send(P.Command(answer(msg), f.seq, msg.t_us))
 
     def request(self, message, kind, timeout=1.0):
         seq, _ = self.link.send(message)
@@ -241,7 +241,7 @@ def test_link_reads_a_burst_larger_than_one_read_without_losing_a_frame():
     link = Link(os.ttyname(slave))
     try:
         link.flush_input()
-        wire = b"".join(P.encode(P.Heartbeat(), seq) for seq in range(3000))
+        wire = b"".join(P.encode(P.Param(0, 0, 0.0), seq) for seq in range(3000))
         assert len(wire) > 4 * 4096
         sent, got, end = 0, [], time.monotonic() + 10
         while len(got) < 3000 and time.monotonic() < end:
@@ -252,7 +252,7 @@ def test_link_reads_a_burst_larger_than_one_read_without_losing_a_frame():
                     pass
             got += link.poll(0.01)
         assert [f.seq for f in got] == list(range(3000))
-        os.write(master, P.encode(P.Heartbeat(), 3000))  # a new edge after the drain
+        os.write(master, P.encode(P.Param(0, 0, 0.0), 3000))  # a new edge after the drain
         late = link.poll(1.0)
         assert [f.seq for f in late] == [3000]
     finally:

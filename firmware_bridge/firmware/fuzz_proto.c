@@ -81,7 +81,7 @@ int main(int argc, char **argv)
   }
 
   proto_decoder d;
-  proto_decoder_init(&d);
+  proto_decoder_init(&d, PROTO_FROM_EITHER);
   proto_frame out;
   size_t accepted = 0, false_accepts = 0, expected = 0, missed = 0;
   char *seen = calloc(nf, 1);
