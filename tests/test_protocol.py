@@ -294,3 +294,53 @@ def test_u16_and_u32_fields_with_high_bytes_round_trip():
     payload = P.Command(-1.5, 0xFFFFFFFE, 0x80808080).pack()
     assert lib.proto_unpack_command(payload, len(payload), c) == 0
     assert (c.u, c.state_seq, c.state_t_us) == (-1.5, 0xFFFFFFFE, 0x80808080)
+
+
+# ---------------------------------------------------------------- Python decoder fuzzing
+def fuzz_python_decoder(data: bytes, chunk: int = 4096):
+    """Feed ``data`` to a host and a device decoder in chunks: nothing may
+    raise, every accepted frame re-encodes to itself and unpacks, and the
+    counters add up to the chunks between delimiters. Returns the frames."""
+    frames = []
+    for accept in (P.FROM_DEVICE, P.FROM_HOST):
+        d = P.Decoder(accept=accept)
+        for i in range(0, len(data), chunk):
+            for f in d.feed(data[i:i + chunk]):
+                assert P.direction(f.type) == accept
+                P.decode_message(f)                      # unpacks without error
+                assert P.encode_frame(f.type, f.seq, f.payload) in data
+                frames.append(f)
+        chunks = sum(1 for c in data.split(b"\x00")[:-1] if c)
+        assert d.frames + d.crc_errors + d.bad_frames + d.overflows == chunks
+    return frames
+
+
+def test_python_decoder_fuzzed_with_random_bytes_and_mutations():
+    """Seeded random bytes and byte-level mutations of valid streams (CI
+    size: ~1.2 x 10^6 bytes; benchmarks/fuzz_protocol.py runs 10^7)."""
+    rng = np.random.default_rng(5)
+    noise = rng.integers(0, 256, 400_000, dtype=np.uint8)
+    noise[rng.random(noise.size) < 0.02] = 0
+    fuzz_python_decoder(noise.tobytes())
+    stream, _ = make_stream(400_000, seed=6)
+    for rate in (1e-3, 1e-2):
+        s = np.frombuffer(stream, np.uint8).copy()
+        hit = rng.random(s.size) < rate
+        s[hit] ^= rng.integers(1, 256, int(hit.sum()), dtype=np.uint8)
+        assert len(fuzz_python_decoder(s.tobytes())) > 1000
+
+
+def test_python_decoder_fuzzed_by_hypothesis():
+    pytest.importorskip("hypothesis", reason="hypothesis is not installed: pip install hypothesis")
+    from hypothesis import given, settings, strategies as st
+
+    valid = [P.encode(msg, seq) for msg, seq in
+             [(python_message(f), s) for _, s, f, _ in VECTORS]]
+
+    @settings(max_examples=150, deadline=None, derandomize=True)
+    @given(st.lists(st.one_of(st.binary(max_size=120), st.sampled_from(valid)), max_size=20),
+           st.integers(1, 64))
+    def check(parts, chunk):
+        fuzz_python_decoder(b"".join(parts), chunk)
+
+    check()
