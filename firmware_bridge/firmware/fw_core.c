@@ -408,7 +408,7 @@ uint8_t fw_observation(const fw_device *d, float *obs)
     obs[3] = sinf(q[1]);
     obs[4] = w[1];
     return 5;
-  default:  /* Furuta: cos al, sin al, cos th, sin th, ald, thd */
+  default:  /* Furuta: cos th, sin th, cos al, sin al, thd, ald (arm th, pendulum al) */
     obs[0] = cosf(q[0]);
     obs[1] = sinf(q[0]);
     obs[2] = cosf(q[1]);
