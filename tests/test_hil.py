@@ -259,3 +259,43 @@ def test_link_reads_a_burst_larger_than_one_read_without_losing_a_frame():
         link.close()
         os.close(master)
         os.close(slave)
+
+
+def test_on_device_lqr_balances_the_hil_pendulum_while_the_host_supervises():
+    """On-device control in the HIL: the rig's LQR gain, linked as the device's
+    controller (u = -K obs on the observation the device builds), switched on
+    through the protocol; the host only sets limits, arms and keeps the
+    watchdog fed with commands whose values (here far off) are ignored."""
+    from grpo_ctrl.baselines.lqr import design
+
+    k_th, k_thd = design("pendulum", "rig").K[0]
+    gains = (0.0, k_th, k_thd)  # on [cos th, sin th, thd]: sin th ~ th near upright
+    with serve_hil(HilConfig(system="pendulum", preset="rig", angle0=0.15,
+                             device_gains=gains)) as hil:
+        c = Client(hil.port)
+        try:
+            info = c.request(P.Hello(), P.Info)
+            assert (info.controller, info.control_source) == (1, P.CONTROL_HOST)
+            relax_watchdog(c)
+            q = c.request(P.ParamSet(P.PARAMS["control_source"], P.CONTROL_ON_DEVICE), P.Param)
+            assert (q.result, q.value) == (0, P.CONTROL_ON_DEVICE)
+            assert c.request(P.Arm(), P.Ack).result == 0
+            c.pump(3.0, answer=lambda s: -0.15)              # moot: the device controls
+            armed = [s for _, s in c.of(P.State) if s.mode == P.MODE_ARMED]
+            assert len(armed) > 500 and all(s.flags & P.FLAG_ON_DEVICE for s in armed)
+            # each STATE's actuator is -K obs of that STATE's own measurement
+            # (the device uses its unrounded velocity: within a count/s)
+            for s in armed[::25]:
+                th = 2 * math.pi * s.pos[0] / CPR
+                u = -(k_th * math.sin(th) + k_thd * 2 * math.pi * s.vel[0] / CPR)
+                assert s.actuator == pytest.approx(np.clip(u, -0.15, 0.15), abs=abs(k_thd) * 0.01)
+            ack = c.request(P.Disarm(), P.Ack)
+            assert ack.result == 0
+        finally:
+            c.close()
+        trace = hil.trace()
+    on = trace["mode"] == P.MODE_ARMED
+    assert on.sum() > 500
+    th = trace["x"][on, 0]
+    assert abs(th[0]) > 0.1 and np.max(np.abs(th[-200:])) < 0.02   # balanced, upright
+    assert not c.of(P.Fault)
