@@ -42,43 +42,51 @@ void fw_init(fw_device *d, const fw_config *cfg, const fw_hw *hw)
 }
 
 /* ---------------------------------------------------------------- output */
-/* Drop queued frame k (not begun on the line): the bytes after it move up. */
-static void tx_remove(fw_device *d, uint8_t k)
+/* position i of the ring (i < 2 FW_TX_BUF), without a division */
+static uint16_t ring(uint16_t i) { return i < FW_TX_BUF ? i : (uint16_t)(i - FW_TX_BUF); }
+
+/* Forget the oldest k queued frames' bookkeeping entry k (shift the rest). */
+static void tx_forget(fw_device *d, uint8_t k)
 {
-  uint16_t start = 0;
-  for (uint8_t j = 0; j < k; ++j) start = (uint16_t)(start + d->tx_len[j]);
-  const uint16_t len = d->tx_len[k];
-  const uint16_t after = (uint16_t)(d->tx_bytes - start - len);
-  for (uint16_t i = 0; i < after; ++i)
-    d->tx_buf[(d->tx_head + start + i) % FW_TX_BUF] =
-        d->tx_buf[(d->tx_head + start + len + i) % FW_TX_BUF];
-  d->tx_bytes = (uint16_t)(d->tx_bytes - len);
-  for (uint8_t j = k; j + 1 < d->tx_frames_queued; ++j) {
+  d->tx_frames_queued--;
+  for (uint8_t j = k; j < d->tx_frames_queued; ++j) {
     d->tx_len[j] = d->tx_len[j + 1];
     d->tx_is_state[j] = d->tx_is_state[j + 1];
   }
-  d->tx_frames_queued--;
+}
+
+/* Drop queued frame k (not begun on the line): the bytes after it move up. */
+static void tx_remove(fw_device *d, uint8_t k)
+{
+  uint16_t start = d->tx_head;
+  for (uint8_t j = 0; j < k; ++j) start = ring((uint16_t)(start + d->tx_len[j]));
+  const uint8_t len = d->tx_len[k];
+  uint16_t from = ring((uint16_t)(start + len));
+  const uint16_t end = ring((uint16_t)(d->tx_head + d->tx_bytes));
+  while (from != end) {
+    d->tx_buf[start] = d->tx_buf[from];
+    start = ring((uint16_t)(start + 1));
+    from = ring((uint16_t)(from + 1));
+  }
+  d->tx_bytes = (uint16_t)(d->tx_bytes - len);
+  tx_forget(d, k);
 }
 
 void fw_transmit(fw_device *d)
 {
   while (d->tx_bytes) {
-    size_t room = d->hw.serial_room ? d->hw.serial_room(d->hw.ctx) : d->tx_bytes;
+    const size_t room = d->hw.serial_room ? d->hw.serial_room(d->hw.ctx) : d->tx_bytes;
     if (room == 0) return;
     uint16_t n = (uint16_t)(FW_TX_BUF - d->tx_head);  /* contiguous part */
     if (n > d->tx_bytes) n = d->tx_bytes;
     if (n > room) n = (uint16_t)room;
     d->hw.serial_write(d->hw.ctx, d->tx_buf + d->tx_head, n);
-    d->tx_head = (uint16_t)((d->tx_head + n) % FW_TX_BUF);
+    d->tx_head = ring((uint16_t)(d->tx_head + n));
     d->tx_bytes = (uint16_t)(d->tx_bytes - n);
     uint16_t sent = (uint16_t)(d->tx_sent + n);
     while (d->tx_frames_queued && sent >= d->tx_len[0]) {  /* frames now fully out */
       sent = (uint16_t)(sent - d->tx_len[0]);
-      for (uint8_t j = 0; j + 1 < d->tx_frames_queued; ++j) {
-        d->tx_len[j] = d->tx_len[j + 1];
-        d->tx_is_state[j] = d->tx_is_state[j + 1];
-      }
-      d->tx_frames_queued--;
+      tx_forget(d, 0);
     }
     d->tx_sent = (uint8_t)sent;
   }
@@ -95,24 +103,27 @@ static void send(fw_device *d, uint8_t type, const uint8_t *payload, uint8_t len
   f.seq = d->tx_seq++;
   f.len = len;
   memcpy(f.payload, payload, len);
-  const uint16_t n = (uint16_t)proto_encode(&f, wire);
+  const uint8_t n = (uint8_t)proto_encode(&f, wire);
   const uint8_t is_state = type == MSG_STATE;
   d->tx_frames++;
   while (d->tx_bytes + n > FW_TX_BUF || d->tx_frames_queued == FW_TX_FRAMES) {
     uint8_t k = d->tx_sent ? 1 : 0;
     while (k < d->tx_frames_queued && !d->tx_is_state[k]) ++k;
-    if (k < d->tx_frames_queued) {
-      tx_remove(d, k);
-      d->tx_dropped_states++;
-      continue;
+    if (k == d->tx_frames_queued) {  /* no STATE to give up */
+      if (is_state) d->tx_dropped_states++;
+      else d->tx_dropped_replies++;
+      return;
     }
-    if (is_state) d->tx_dropped_states++;
-    else d->tx_dropped_replies++;
-    return;
+    tx_remove(d, k);
+    d->tx_dropped_states++;
   }
-  for (uint16_t i = 0; i < n; ++i) d->tx_buf[(d->tx_head + d->tx_bytes + i) % FW_TX_BUF] = wire[i];
+  uint16_t at = ring((uint16_t)(d->tx_head + d->tx_bytes));
+  for (uint8_t i = 0; i < n; ++i) {
+    d->tx_buf[at] = wire[i];
+    at = ring((uint16_t)(at + 1));
+  }
   d->tx_bytes = (uint16_t)(d->tx_bytes + n);
-  d->tx_len[d->tx_frames_queued] = (uint8_t)n;
+  d->tx_len[d->tx_frames_queued] = n;
   d->tx_is_state[d->tx_frames_queued] = is_state;
   d->tx_frames_queued++;
   fw_transmit(d);
@@ -369,54 +380,39 @@ static float count_delta(int32_t a, int32_t b)
   return diff < 0x80000000u ? (float)diff : -(float)((uint32_t)0 - diff);
 }
 
-/* radians (angle) or metres per count of channel c */
-static float unit_per_count(const fw_device *d, int c)
-{
-  const float cpu = d->cfg.counts_per_unit[c];
-  if (!(cpu > 0)) return 0.0f;
-  return (d->cfg.angle_mask >> c & 1 ? TWO_PI : 1.0f) / cpu;
-}
-
-static float position(const fw_device *d, int c)
-{
-  int32_t n = d->prev_counts[c];
-  const float cpu = d->cfg.counts_per_unit[c];
-  if (d->cfg.angle_mask >> c & 1 && cpu >= 1.0f && cpu < 2147483648.0f) {
-    const int32_t turn = (int32_t)cpu;  /* whole turns off first: float keeps the fraction */
-    if ((float)turn == cpu) n %= turn;
-  }
-  return (float)n * unit_per_count(d, c);
-}
+/* The observation layouts: per entry the channel and what of it. */
+enum { OBS_COS = 0x00, OBS_SIN = 0x10, OBS_POS = 0x20, OBS_VEL = 0x30, OBS_END = 0xFF };
+static const uint8_t OBS_LAYOUT[3][FW_MAX_OBS + 1] = {
+    /* pendulum: cos th, sin th, thd */
+    {OBS_COS, OBS_SIN, OBS_VEL, OBS_END},
+    /* cart-pole: x, xd, cos th, sin th, thd (channel 0 the cart, 1 the pole) */
+    {OBS_POS, OBS_VEL, OBS_COS | 1, OBS_SIN | 1, OBS_VEL | 1, OBS_END},
+    /* Furuta: cos th, sin th, cos al, sin al, thd, ald (0 the arm th, 1 the pendulum al) */
+    {OBS_COS, OBS_SIN, OBS_COS | 1, OBS_SIN | 1, OBS_VEL, OBS_VEL | 1, OBS_END}};
 
 uint8_t fw_observation(const fw_device *d, float *obs)
 {
-  float q[2], w[2];
-  for (int c = 0; c < 2; ++c) {
-    q[c] = c < d->cfg.n_channels ? position(d, c) : 0.0f;
-    w[c] = c < d->cfg.n_channels ? d->vel[c] * unit_per_count(d, c) : 0.0f;
+  const uint8_t *layout = OBS_LAYOUT[d->cfg.system < 3 ? d->cfg.system : 2];
+  uint8_t i = 0;
+  for (; layout[i] != OBS_END; ++i) {
+    const uint8_t c = layout[i] & 15u, what = layout[i] & 0xF0u;
+    const float cpu = d->cfg.counts_per_unit[c];
+    const int angle = d->cfg.angle_mask >> c & 1;
+    /* radians (angle) or metres per count; 0 for an absent channel */
+    const float unit = c < d->cfg.n_channels && cpu > 0 ? (angle ? TWO_PI : 1.0f) / cpu : 0.0f;
+    if (what == OBS_VEL) {
+      obs[i] = d->vel[c] * unit;
+      continue;
+    }
+    int32_t n = d->prev_counts[c];
+    if (angle && cpu >= 1.0f && cpu < 2147483648.0f) {
+      const int32_t turn = (int32_t)cpu;  /* whole turns off first: float keeps the fraction */
+      if ((float)turn == cpu) n %= turn;
+    }
+    const float q = (float)n * unit;
+    obs[i] = what == OBS_COS ? cosf(q) : what == OBS_SIN ? sinf(q) : q;
   }
-  switch (d->cfg.system) {
-  case 0:  /* pendulum: cos th, sin th, thd */
-    obs[0] = cosf(q[0]);
-    obs[1] = sinf(q[0]);
-    obs[2] = w[0];
-    return 3;
-  case 1:  /* cart-pole: x, xd, cos th, sin th, thd */
-    obs[0] = q[0];
-    obs[1] = w[0];
-    obs[2] = cosf(q[1]);
-    obs[3] = sinf(q[1]);
-    obs[4] = w[1];
-    return 5;
-  default:  /* Furuta: cos th, sin th, cos al, sin al, thd, ald (arm th, pendulum al) */
-    obs[0] = cosf(q[0]);
-    obs[1] = sinf(q[0]);
-    obs[2] = cosf(q[1]);
-    obs[3] = sinf(q[1]);
-    obs[4] = w[0];
-    obs[5] = w[1];
-    return 6;
-  }
+  return i;
 }
 
 /* ---------------------------------------------------------------- the tick */
