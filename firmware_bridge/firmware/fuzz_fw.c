@@ -165,19 +165,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 #ifndef FUZZ_LIBFUZZER
-static uint64_t rng_state;
-static uint32_t rnd(void)
-{
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return (uint32_t)(rng_state >> 16);
-}
+#include "fuzz_rng.h"
 
 int main(int argc, char **argv)
 {
   const size_t want = argc > 1 ? (size_t)strtoull(argv[1], 0, 10) : 1000000u;
-  rng_state = argc > 2 ? strtoull(argv[2], 0, 10) * 2654435761u + 1 : 88172645463325252ull;
+  fuzz_rng_seed(argc > 2 ? argv[2] : 0);
   uint8_t script[4096];
   size_t total = 0, scripts = 0;
   uint64_t ticks = 0, frames_in = 0, bytes_out = 0, rx_frames = 0, bad = 0, stale = 0;
