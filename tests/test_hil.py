@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -301,3 +302,33 @@ def test_on_device_lqr_balances_the_hil_pendulum_while_the_host_supervises():
     th = trace["x"][on, 0]
     assert abs(th[0]) > 0.1 and np.max(np.abs(th[-200:])) < 0.02   # balanced, upright
     assert not c.of(P.Fault)
+
+
+def test_run_loop_supervises_on_device_control_then_takes_the_loop_back(tmp_path):
+    """``run_loop(on_device=True)`` (``grpo-ctrl run --on-device``): the device's
+    LQR balances, the host arms, logs and disarms; a host-mode run that follows
+    on the same device switches control back to the host by itself."""
+    from grpo_ctrl.baselines.lqr import design
+    from grpo_ctrl.errors import UserError
+    from grpo_ctrl.firmware_bridge.host import run_loop
+    from grpo_ctrl.firmware_bridge.telemetry import read_telemetry
+
+    quiet = dict(print_fn=lambda *_: None, plot=False)
+    with serve_hil(HilConfig(system="pendulum", preset="rig", angle0=0.2)) as hil:
+        with pytest.raises(UserError, match="no controller linked"):
+            run_loop(hil.port, None, 1.0, None, on_device=True, **quiet)
+    k_th, k_thd = design("pendulum", "rig").K[0]
+    with serve_hil(HilConfig(system="pendulum", preset="rig", angle0=0.2,
+                             device_gains=(0.0, k_th, k_thd), watchdog_ms=100)) as hil:
+        s = run_loop(hil.port, None, 2.0, tmp_path / "on.csv", on_device=True, **quiet)
+        assert s["ended"] == "completed" and s["disarm_acknowledged"]
+        states = [r for r in read_telemetry(tmp_path / "on.csv") if r["kind"] == "state"]
+        armed = [r for r in states if r["mode"] == P.MODE_ARMED]
+        assert len(armed) > 300 and all(int(r["flags"]) & P.FLAG_ON_DEVICE for r in armed)
+        assert abs(armed[-1]["obs"][1]) < 0.02                       # sin th: upright
+        policy = Path(__file__).parent / "data" / "pendulum-rig-grpo.onnx"
+        s = run_loop(hil.port, policy, 1.0, tmp_path / "host.csv", **quiet)
+        assert s["ended"] == "completed"
+        armed = [r for r in read_telemetry(tmp_path / "host.csv")
+                 if r["kind"] == "state" and r["mode"] == P.MODE_ARMED]
+        assert armed and not any(int(r["flags"]) & P.FLAG_ON_DEVICE for r in armed)
