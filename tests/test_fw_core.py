@@ -258,6 +258,19 @@ def test_velocity_across_an_encoder_wrap_and_the_filter_coefficient():
     assert b.last_state().vel[0] == round(alpha * 100 * 1e6 / PERIOD)
 
 
+def test_two_ticks_close_together_do_not_jolt_the_velocity():
+    """After a stall the back-end may tick twice within microseconds: one
+    count over 50 us is 20 000 counts/s raw, and must weigh in with that dt's
+    coefficient (a velocity limit tripped on it under load with the nominal one)."""
+    fc = 20.0
+    b = FakeBoard(cutoff=fc)
+    b.tick(3)
+    b.counts[0] = 1
+    b.tick(dt=50)
+    alpha = 1 - math.exp(-2 * math.pi * fc * 50e-6)
+    assert b.last_state().vel[0] == round(alpha * 1 / 50e-6)      # 125, not ~9300
+
+
 # ---------------------------------------------------------------- transmit queue
 def test_a_blocked_line_drops_the_oldest_states_never_blocks_and_keeps_replies():
     b = FakeBoard(room=0)

@@ -17,12 +17,20 @@ static uint32_t clamp_watchdog(uint32_t w, uint32_t period_us)
   return w > WATCHDOG_MAX_US ? WATCHDOG_MAX_US : w;
 }
 
-/* The low-pass coefficient for the nominal period: expf once per change of
- * the cutoff, not once per tick. */
+/* The velocity low-pass coefficient 1 - exp(-2 pi fc dt) for a tick dt_us
+ * after the previous one (1 without a filter). */
+static float vel_alpha(const fw_device *d, uint32_t dt_us)
+{
+  const float fc = d->cfg.vel_cutoff_hz;
+  return fc > 0 ? 1.0f - expf(-TWO_PI * fc * ((float)dt_us * 1e-6f)) : 1.0f;
+}
+
+/* The coefficient for the nominal period, computed once per change of the
+ * cutoff: a tick on time (within 1/16 period) needs no expf. */
 static void set_vel_cutoff(fw_device *d, float fc)
 {
   d->cfg.vel_cutoff_hz = fc;
-  d->vel_alpha = fc > 0 ? 1.0f - expf(-TWO_PI * fc * ((float)d->cfg.period_us * 1e-6f)) : 1.0f;
+  d->vel_alpha = vel_alpha(d, d->cfg.period_us);
 }
 
 void fw_init(fw_device *d, const fw_config *cfg, const fw_hw *hw)
@@ -455,11 +463,16 @@ void fw_tick(fw_device *d)
   if (d->have_prev && now > d->prev_t_us) {
     /* finite difference through a first-order low-pass: one count per
      * period is a large velocity step, the filter smooths it */
-    const uint64_t dt = now - d->prev_t_us;
-    const float per_s = 1e6f / (float)(dt > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)dt);
+    const uint64_t dt64 = now - d->prev_t_us;
+    const uint32_t dt = dt64 > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)dt64;
+    const uint32_t off = dt > d->cfg.period_us ? dt - d->cfg.period_us : d->cfg.period_us - dt;
+    /* a tick off its time (after a stall, two ticks close together) gets the
+     * coefficient of its own dt: a short dt must not weigh in fully */
+    const float alpha = off <= d->cfg.period_us / 16 ? d->vel_alpha : vel_alpha(d, dt);
+    const float per_s = 1e6f / (float)dt;
     for (int c = 0; c < d->cfg.n_channels; ++c) {
       const float raw = count_delta(counts[c], d->prev_counts[c]) * per_s;
-      d->vel[c] += d->vel_alpha * (raw - d->vel[c]);
+      d->vel[c] += alpha * (raw - d->vel[c]);
     }
   }
   memcpy(d->prev_counts, counts, sizeof counts);
