@@ -18,6 +18,8 @@ import zlib
 from dataclasses import astuple, dataclass, field
 from typing import ClassVar
 
+from grpo_ctrl.plant import systems
+
 VERSION = 2
 MAX_CHANNELS = 4
 MAX_PAYLOAD = 96
@@ -40,7 +42,7 @@ PARAMS = {"watchdog_us": 0, "u_limit": 1,
 LATENCY_UNKNOWN = 0xFFFFFFFF
 # a decoder's accepted directions (a host takes device frames only, a device host frames only)
 FROM_HOST, FROM_DEVICE, FROM_EITHER = 1, 2, 3
-SYSTEMS = ("pendulum", "cartpole", "furuta")  # ids as in csrc/pendsim.h
+SYSTEMS = tuple(systems())  # the plant ids the C plant layer numbers (csrc/pendsim.h)
 
 
 class ProtocolError(ValueError):
@@ -182,7 +184,9 @@ class State(Message):
 
 @dataclass
 class Info(Message):
-    """The device introduces itself (answer to Hello)."""
+    """The device introduces itself (answer to Hello). The fields new in
+    version 2 come last here (with defaults) so that version 1's positional
+    order still constructs one; the wire order is PROTOCOL.md's."""
     TYPE, FORMAT = 0x81, struct.Struct("<BBBBIIff4fI16sHBBf4f4f")
     protocol_version: int
     system: int
@@ -191,16 +195,20 @@ class Info(Message):
     device_id: int
     period_us: int
     u_max: float             # the hardware limit
-    u_limit: float           # the command clamp now (PARAM u_limit), <= u_max
     counts_per_unit: tuple
     watchdog_us: int
     preset: str
     firmware_version: int
-    controller: int          # 1: an on-device controller is linked
-    control_source: int      # CONTROL_HOST or CONTROL_ON_DEVICE
-    vel_cutoff_hz: float
-    pos_limit: tuple         # counts per channel, 0 = none
-    vel_limit: tuple         # counts/s per channel, 0 = none
+    u_limit: float | None = None  # the command clamp now (PARAM u_limit); None: u_max
+    controller: int = 0           # 1: an on-device controller is linked
+    control_source: int = CONTROL_HOST
+    vel_cutoff_hz: float = 0.0
+    pos_limit: tuple = (0.0,) * MAX_CHANNELS   # counts per channel, 0 = none
+    vel_limit: tuple = (0.0,) * MAX_CHANNELS   # counts/s per channel, 0 = none
+
+    def __post_init__(self):
+        if self.u_limit is None:
+            self.u_limit = self.u_max
 
     def pack(self) -> bytes:
         return self.FORMAT.pack(self.protocol_version, self.system, self.n_channels,
@@ -216,8 +224,9 @@ class Info(Message):
             raise ProtocolError(f"Info payload must be {cls.FORMAT.size} bytes")
         v = cls.FORMAT.unpack(payload)
         preset = v[13].split(b"\x00", 1)[0].decode("ascii", "replace")
-        return cls(*v[:8], tuple(v[8:12]), v[12], preset, *v[14:18], tuple(v[18:22]),
-                   tuple(v[22:26]))
+        return cls(*v[:7], tuple(v[8:12]), v[12], preset, v[14], u_limit=v[7],
+                   controller=v[15], control_source=v[16], vel_cutoff_hz=v[17],
+                   pos_limit=tuple(v[18:22]), vel_limit=tuple(v[22:26]))
 
     @property
     def system_name(self) -> str:
@@ -249,10 +258,10 @@ class Status(Message):
     watchdog_trips: int
     stale_ticks: int
     late_ticks: int
-    stale_commands: int
-    ignored_commands: int
-    tx_dropped_states: int
-    tx_dropped_replies: int
+    stale_commands: int = 0      # the counters new in version 2 default to 0
+    ignored_commands: int = 0
+    tx_dropped_states: int = 0
+    tx_dropped_replies: int = 0
 
 
 @dataclass
