@@ -29,7 +29,7 @@ from grpo_ctrl.firmware_bridge.loop import ControlLoop, format_summary
 from grpo_ctrl.firmware_bridge.observation import Features, load_onnx_controller
 from grpo_ctrl.firmware_bridge.telemetry import Telemetry, write_plot
 
-EXIT_CODES = {"completed": 0, "fault": 3, "link lost": 4, "interrupted": 130}
+EXIT_CODES = {"completed": 0, "fault": 3, "link lost": 4, "error": 5, "interrupted": 130}
 
 
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
@@ -179,6 +179,8 @@ def run(args) -> int:
     summary = run_loop(args.port, args.policy, args.duration, log, args.plot,
                        baudrate=args.baud)
     print(json.dumps(summary) if args.json else format_summary(summary), flush=True)
+    if summary["ended"].startswith("error: "):  # the one line that says why, where errors go
+        print(f"grpo-ctrl run: {summary['ended']}", file=sys.stderr, flush=True)
     if "signal" in summary:  # stopped by a signal: the shell's convention, 128 + its number
         return 128 + signal.Signals[summary["signal"]].value
     return EXIT_CODES.get(summary["ended"].split(":")[0], 1)

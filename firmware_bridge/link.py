@@ -146,15 +146,24 @@ class Link:
 
 
 def await_frame(link: Link, want, timeout: float, on_frame=None):
-    """Poll until a frame for which ``want(frame, message)`` is true; other
-    frames go to ``on_frame``. Returns ``(frame, message)``, or None on timeout."""
+    """Poll until a frame for which ``want(frame, message)`` is true; every
+    frame first goes to ``on_frame(frame, rx_time)``. Returns ``(frame,
+    message)``, or None on timeout. Frames not yet seen when it returns (or
+    raises) stay in ``link.backlog``."""
     end = time.monotonic() + timeout
     while (left := end - time.monotonic()) > 0:
         frames = link.poll(min(left, 0.02))
         for i, f in enumerate(frames):
-            msg = P.decode_message(f)
-            if on_frame is not None:
-                on_frame(f, msg, time.monotonic())
+            try:
+                if on_frame is not None:
+                    on_frame(f, time.monotonic())
+                try:
+                    msg = P.decode_message(f)
+                except P.ProtocolError:
+                    continue
+            except BaseException:
+                link.backlog = frames[i + 1:] + link.backlog
+                raise
             if want(f, msg):
                 link.backlog = frames[i + 1:] + link.backlog
                 return f, msg

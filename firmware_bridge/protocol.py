@@ -18,6 +18,8 @@ import zlib
 from dataclasses import astuple, dataclass, field
 from typing import ClassVar
 
+from grpo_ctrl.plant import systems
+
 VERSION = 1
 MAX_CHANNELS = 4
 MAX_PAYLOAD = 64
@@ -36,7 +38,7 @@ PARAMS = {"watchdog_us": 0, "u_limit": 1,
           **{f"pos_limit{c}": 2 + c for c in range(MAX_CHANNELS)},
           **{f"vel_limit{c}": 6 + c for c in range(MAX_CHANNELS)},
           "vel_cutoff_hz": 10, "period_us": 11, "device_id": 12}
-SYSTEMS = ("pendulum", "cartpole", "furuta")  # ids as in csrc/pendsim.h
+SYSTEMS = tuple(systems())  # the plant ids the C plant layer numbers (csrc/pendsim.h)
 
 
 class ProtocolError(ValueError):
