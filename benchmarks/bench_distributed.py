@@ -149,17 +149,7 @@ def predict(n: int, branches: int, a: float, b: float, latency: float, bandwidth
             + small_reduces * ring_all_reduce(n, 64, latency, bandwidth))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--iterations", type=int, default=40, help="iterations per timed run")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating 1- and 2-process runs")
-    ap.add_argument("--quick", action="store_true", help="15 iterations, 2 rounds, fewer repeats")
-    ap.add_argument("--json", help="write the results here")
-    args = ap.parse_args()
-    iterations, rounds, repeats = (15, 2, 20) if args.quick else (args.iterations, args.rounds, 100)
-    torch.set_num_threads(1)
-    report = {"load_before": os.getloadavg(), "cores": len(os.sched_getaffinity(0))}
-
+def compare_throughput(report: dict, iterations: int, rounds: int) -> None:
     report["throughput"] = {}
     print(f"1. throughput, pendulum, 8 branches x 64 steps per start state, overlap off, "
           f"{iterations} iterations per run, {report['cores']} cores")
@@ -183,6 +173,9 @@ def main() -> int:
         report["throughput"][name] = summary
         print(f"  {name}: median {summary['ratio_median']:.2f}x wall, "
               f"{summary['cpu_ratio_median']:.2f}x by CPU time (goal >= {GOAL_RATIO}x)")
+
+
+def cost_model(report: dict, iterations: int, repeats: int) -> None:
     print("2. cost model")
     starts = (32, 16, 8, 4)
     per_it = {s: compute_time(s, max(iterations // 2, 6)) for s in starts}
@@ -194,8 +187,9 @@ def main() -> int:
     ar = all_reduce_times(repeats)
     # 2 ranks: t = 2 latency + bytes / bandwidth; latency from the smallest
     # message, bandwidth from the slope between the two largest
-    (n0, t0), (n1, t1), (n2, t2) = sorted(ar.items())[0], *sorted(ar.items())[-2:]
-    latency, bandwidth = t0 / 2, 4 * (n2 - n1) / max(t2 - t1, 1e-9)
+    (_, t_small), (n_big1, t_big1), (n_big2, t_big2) = sorted(ar.items())[0], \
+        *sorted(ar.items())[-2:]
+    latency, bandwidth = t_small / 2, 4 * (n_big2 - n_big1) / max(t_big2 - t_big1, 1e-9)
     print("  gloo all_reduce, 2 ranks, loopback: " + ", ".join(
         f"{n * 4 / 1e3:g} kB {t * 1e6:.0f} us" for n, t in ar.items())
         + f"\n  fit: latency {latency * 1e6:.0f} us per message, {bandwidth / 1e9:.2f} GB/s")
@@ -213,20 +207,39 @@ def main() -> int:
                 ("10 GbE, assumed", NET_LATENCY, NET_BANDWIDTH))
     for network, lat, bw in networks:
         net = {**model, "latency": lat, "bandwidth": bw}
-        t1 = predict(1, 256, **net)
+        t32, t128 = predict(1, 256, **net), predict(1, 1024, **net)
         print(f"  predicted, {network} ({lat * 1e6:.0f} us, {bw / 1e9:.2f} GB/s): 2 processes "
-              f"{t1 / predict(2, 256, **net):.2f}x (32 starts split), "
-              f"{predict(1, 1024, **net) / predict(2, 1024, **net):.2f}x (128 split)")
+              f"{t32 / predict(2, 256, **net):.2f}x (32 starts split), "
+              f"{t128 / predict(2, 1024, **net):.2f}x (128 split)")
         for n in PREDICT_AT:
             row = {"network": network, "n": n,
                    # the default batch split n ways (32 starts: at most 32 processes)
-                   "strong_speedup": t1 / predict(n, 256, **net) if 32 % n == 0 else None,
-                   # the default batch on every process: n times the steps per iteration
-                   "weak_speedup": n * t1 / predict(n, 256 * n, **net)}
+                   "strong_speedup": t32 / predict(n, 256, **net) if 32 % n == 0 else None,
+                   # 32 or 128 starts on every process: n times the steps per iteration
+                   "weak_speedup_32": n * t32 / predict(n, 256 * n, **net),
+                   "weak_speedup_128": n * t128 / predict(n, 1024 * n, **net)}
             report["cost_model"]["predictions"].append(row)
-            print(f"  {n:5d} processes: 32 starts split "
-                  + (f"{row['strong_speedup']:.1f}x" if row["strong_speedup"] else "impossible")
-                  + f"; 32 starts per process {row['weak_speedup']:.1f}x one process's steps/s")
+            print(f"  {n:5d} processes: steps/s over one process's with 32 starts split "
+                  + (f"{row['strong_speedup']:.1f}x" if row["strong_speedup"] else "(impossible)")
+                  + f", 32 per process {row['weak_speedup_32']:.1f}x, 128 per process "
+                  f"{row['weak_speedup_128']:.1f}x")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--iterations", type=int, default=40, help="iterations per timed run")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating 1- and 2-process runs")
+    ap.add_argument("--quick", action="store_true", help="15 iterations, 2 rounds, fewer repeats")
+    ap.add_argument("--only", choices=("throughput", "model"), help="run one part")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    iterations, rounds, repeats = (15, 2, 20) if args.quick else (args.iterations, args.rounds, 100)
+    torch.set_num_threads(1)
+    report = {"load_before": os.getloadavg(), "cores": len(os.sched_getaffinity(0))}
+    if args.only != "model":
+        compare_throughput(report, iterations, rounds)
+    if args.only != "throughput":
+        cost_model(report, iterations, repeats)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=1)
