@@ -287,7 +287,7 @@ def run(args) -> int:
     if launched is not None and args.nproc is not None:
         raise UserError("--nproc starts local workers, but torchrun already started this one: "
                         "leave --nproc out (torchrun's --nproc-per-node sets the processes)")
-    world = launched if launched is not None else args.nproc or 1
+    world = launched if launched is not None else 1 if args.nproc is None else args.nproc
     if world < 1:
         raise UserError(f"--nproc must be at least 1, got {world}")
     if world > 1:

@@ -170,6 +170,7 @@ def test_shares_that_do_not_divide_are_refused_before_any_work(tmp_path):
         Ranks(0, 2).local_config(GRPOConfig(num_starts=2, group_size=2, minibatches=4))
     out = tmp_path / "never"
     assert cli.main(["train", "--out", str(out), "--nproc", "3", *TINY_FLAGS]) == 2
+    assert cli.main(["train", "--out", str(out), "--nproc", "0", *TINY_FLAGS]) == 2
     assert cli.main(["train", "--out", str(out), "--nproc", "2", "--overlap", "true",
                      *TINY_FLAGS]) == 2
     assert not out.exists()
@@ -243,3 +244,9 @@ def test_two_launcher_processes_train_together_like_local_workers(tmp_path):
     weights = [GaussianPolicy.from_checkpoint(torch.load(d / "latest.pt", weights_only=True))
                for d in (out, local)]
     assert _policy_fingerprint(weights[0]) == _policy_fingerprint(weights[1])
+    # every rank resumes from the checkpoint
+    assert cli.main(["train", "--out", str(local), "--resume", "--iterations", "5", "--nproc",
+                     "2", "--quiet"]) == 0
+    rows = [json.loads(line) for line in (local / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4, 5]
+    assert rows[-1]["sim_steps"] == 5 * 4 * 4 * 16
