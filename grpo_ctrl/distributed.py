@@ -66,8 +66,11 @@ class Ranks:
         """The configuration of this rank's rollouts: its share of the start
         states (whole groups, the same number on every rank), checked."""
         if cfg.num_starts % self.world:
+            below = cfg.num_starts // self.world * self.world
+            fits = " or ".join(str(n) for n in (below, below + self.world) if n > 0)
             raise UserError(f"num_starts ({cfg.num_starts}) must be a multiple of the number of "
-                            f"processes ({self.world}): each holds an equal share of the groups")
+                            f"processes ({self.world}), each holding an equal share of the "
+                            f"groups: set num_starts to {fits}")
         local = replace(cfg, num_starts=cfg.num_starts // self.world)
         try:
             check_config(local)
