@@ -318,12 +318,9 @@ static int all_finite(const float *a, size_t n)
 
 /* The command that reaches environment b's actuator now: the action from
  * `delay` steps ago (the new one joins the queue), saturated. */
-static inline float actuator_command(const ps_model *m, ps_data *d, int b, float u)
+static inline float actuator_command(const ps_model *m, ps_data *d, int b, float u, int delay)
 {
   const int B = d->B;
-  int delay = m->delay;
-  if (m->plant_mode != PS_PLANT_NOMINAL) /* a held delay is the caller's: keep it in bounds */
-    delay = d->delay[b] < 0 ? 0 : (d->delay[b] > PS_MAX_DELAY ? PS_MAX_DELAY : d->delay[b]);
   if (delay > 0) {
     float *buf = d->act_buf;
     const float oldest = buf[b];
@@ -335,13 +332,23 @@ static inline float actuator_command(const ps_model *m, ps_data *d, int b, float
   return u > u_max ? u_max : (u < -u_max ? -u_max : u);
 }
 
+/* Environment b's actuation delay: the model's, or its own plant's (a
+ * held one is the caller's: kept in bounds). */
+static inline int env_delay(const ps_model *m, const ps_data *d, int b)
+{
+  if (m->plant_mode == PS_PLANT_NOMINAL) return m->delay;
+  const int delay = d->delay[b];
+  return delay < 0 ? 0 : (delay > PS_MAX_DELAY ? PS_MAX_DELAY : delay);
+}
+
 /* What drives environment b's plant when its command is u (plant modes
  * other than NOMINAL): the motor's first-order response to u, actuator
  * noise and any push (see ps_plant_ranges). */
 static double actuator_input(const ps_model *m, ps_data *d, int b, double u)
 {
   const ps_plant_ranges *r = &m->ranges;
-  const double tau = d->tau[b] + d->motor_k[b] * (u - d->tau[b]);
+  const double k = d->motor_k[b]; /* k = 1: u itself, not u to rounding */
+  const double tau = k >= 1.0 ? u : d->tau[b] + k * (u - d->tau[b]);
   d->tau[b] = tau;
   double input = tau;
   if (d->torque_noise[b] > 0) input += d->torque_noise[b] * rng_normal(d, b);
@@ -456,12 +463,12 @@ static void dynamics_pendulum_gym(const ps_model *m, ps_data *d, const float *ac
   const int B = d->B;
   const double *g = d->param + PS_PEND_G * B, *mass = d->param + PS_PEND_M * B,
                *l = d->param + PS_PEND_L * B;
-  const int wide = HAVE_AVX2_FMA();
+  const int wide = HAVE_AVX2_FMA(), delay = m->delay; /* the nominal plant's */
   float u[GYM_CHUNK];
   double unused_reward[GYM_CHUNK];
   for (int b0 = 0; b0 < B; b0 += GYM_CHUNK) {
     const int n = B - b0 < GYM_CHUNK ? B - b0 : GYM_CHUNK;
-    for (int j = 0; j < n; ++j) u[j] = actuator_command(m, d, b0 + j, action[b0 + j]);
+    for (int j = 0; j < n; ++j) u[j] = actuator_command(m, d, b0 + j, action[b0 + j], delay);
     (wide ? pendulum_gym_chunk_avx2 : pendulum_gym_chunk_base)(
         m, n, d->x + b0, d->x + B + b0, g + b0, mass + b0, l + b0, u, d->t + b0,
         reward ? reward + b0 : unused_reward, terminated + b0, truncated + b0);
@@ -475,7 +482,7 @@ static void dynamics_generic(const ps_model *m, ps_data *d, const float *action,
   double x[PS_MAX_NX], p[PS_MAX_PARAMS];
   const int nominal = m->plant_mode == PS_PLANT_NOMINAL;
   for (int b = 0; b < B; ++b) {
-    const float u = actuator_command(m, d, b, action[b]);
+    const float u = actuator_command(m, d, b, action[b], env_delay(m, d, b));
     load(m, d, b, x, p);
     double r = m->reward_kind == PS_REWARD_ALIVE ? 1.0 : -quadratic_cost(m, x, u);
     integrate(m, p, x, nominal ? u : actuator_input(m, d, b, u));
