@@ -175,6 +175,8 @@ class BatchSim:
         for name, a in {**self._plant, **self._actuator}.items():
             setattr(self._data, name, ffi.from_buffer(
                 "int32_t[]" if a.dtype == np.int32 else "double[]", a))
+        # the nominal plant to start with (what a held plant is until set_plant)
+        self._param[:] = np.array([m.param[k] for k in range(m.nparam)])[:, None]
         self._plant["delay"][:] = m.delay
         self._plant["motor_k"][:] = 1.0
         # output buffers, with their C pointers cached
