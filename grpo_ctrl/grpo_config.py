@@ -43,6 +43,8 @@ class GRPOConfig:
     continuation: str = knob("random", "branch a trajectory continues from",
                              choices=("greedy", "softmax", "random", "policy"))
     softmax_temperature: float = knob(1.0, "on group-normalised returns, for softmax continuation")
+    w_du: float = knob(0.0, "action-rate penalty: each decision loses w_du (du / u_max)^2, "
+                       "for smooth commands on a real motor")
     # advantages and loss
     reward_form: str = knob("outcome", "outcome (branch return) or reward_to_go (per step)",
                             choices=("outcome", "reward_to_go"))
@@ -130,7 +132,7 @@ def check_config(cfg: GRPOConfig) -> None:
     if not (cfg.eps_low > 0 and cfg.eps_high > 0 and cfg.eps_low < 1):
         raise UserError("eps_low must lie in (0, 1) and eps_high be positive")
     for name in ("beta", "lr_end", "time_budget", "iterations", "eval_every", "max_grad_norm",
-                 "kl_target", "softmax_temperature"):
+                 "kl_target", "softmax_temperature", "w_du"):
         if getattr(cfg, name) < 0:
             raise UserError(f"{name} must be non-negative, got {getattr(cfg, name)!r}")
     if cfg.overlap and cfg.threads > 1:

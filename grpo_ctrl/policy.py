@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import math
 from pathlib import Path
 
@@ -255,5 +256,5 @@ def load_policy_controller(path, which: str = "best") -> PolicyController:
     run = ck_path.parent if Path(path).is_dir() or ck_path.parent.joinpath("config.toml").exists() \
         else None
     info = {"run": str(run) if run is not None else "", "checkpoint": str(ck_path),
-            "sha256": digest}
+            "sha256": digest, "randomize": json.dumps(ck.get("randomize", {}))}
     return PolicyController(policy, spec, info)

@@ -7,6 +7,9 @@ with ``--config``), ``metrics.jsonl`` (one line per iteration),
 
 Configuration precedence: per-plant defaults < ``--config`` file < flags.
 Every ``GRPOConfig`` field is a flag (``num_starts`` -> ``--num-starts``).
+The plant's domain randomisation is the file's ``[randomize]`` table
+(``grpo_ctrl.randomize.Randomization`` fields) over the plant's default
+ranges, then ``--randomize KEY=VALUE`` flags; ``config.toml`` records it.
 """
 from __future__ import annotations
 
@@ -24,9 +27,11 @@ from grpo_ctrl.files import atomic_write, save_figure
 from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import CHOICES, GRPOConfig, check_config, default_config
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
+from grpo_ctrl.randomize import Randomization, default_randomization, with_overrides
 from grpo_ctrl.sim import presets, systems, default_preset
 
-RUN_KEYS = ("system", "preset")  # what config.toml holds besides the GRPOConfig fields
+# what config.toml holds besides the GRPOConfig fields
+RUN_KEYS = ("system", "preset", "randomize")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,6 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue the run in --out from its latest checkpoint for another "
                         "--time-budget seconds")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--randomize", action="append", default=[], metavar="KEY=VALUE",
+                   help="domain randomisation over the plant's default ranges (pendulum/rig "
+                        "and furuta/qube-servo2 draw by default; docs/robustness.md): "
+                        "params=0.3, delay=1,2, motor_k=0.5,1, scale.m=0.8,1.2, ..., or off")
     g = p.add_argument_group("GRPO hyperparameters (override the config file)")
     for f in fields(GRPOConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -73,22 +82,31 @@ def read_toml(path: str) -> dict:
     return data
 
 
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    return json.dumps(str(v))
+
+
 def write_toml(path: Path, data: dict) -> None:
-    """Flat TOML of strings, ints, floats and bools, written atomically."""
-    lines = []
-    for k, v in data.items():
-        if isinstance(v, bool):
-            lines.append(f"{k} = {'true' if v else 'false'}")
-        elif isinstance(v, (int, float)):
-            lines.append(f"{k} = {v!r}" if math.isfinite(v) else
-                         f"{k} = {'inf' if v > 0 else '-inf'}")
-        else:
-            lines.append(f"{k} = {json.dumps(str(v))}")
+    """TOML of strings, numbers, bools and lists, with dict values as tables
+    after the plain keys, written atomically."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for name, table in data.items():
+        if isinstance(table, dict):
+            lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
     atomic_write(path, "\n".join(lines) + "\n")
 
 
-def resolve(args) -> tuple[str, str, GRPOConfig, Path]:
-    """Plant, configuration and run folder from defaults, file and flags."""
+def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
+    """Plant, configuration, run folder and randomisation from defaults, file
+    and flags."""
     file_cfg = {}
     out = Path(args.out) if args.out else None
     if args.resume:
@@ -118,21 +136,28 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path]:
                 raise UserError(f"{f.name} must be a {want.__name__}, got {value!r}")
             setattr(cfg, f.name, value)
     check_config(cfg)
+    table = file_cfg.get("randomize", {})
+    if not isinstance(table, dict):
+        raise UserError("randomize in a config file must be a [randomize] table")
+    randomize = with_overrides(Randomization.from_table(
+        table, default_randomization(system, preset)), getattr(args, "randomize", None) or [])
     if out is None:
         out = Path("runs") / f"{system}-{preset}-{datetime.now():%Y%m%d-%H%M%S}"
     if not args.resume and out.exists() and any(out.iterdir()):
         raise UserError(f"run folder {str(out)!r} already exists and is not empty; choose "
                         "another --out, or add --resume to continue it")
-    return system, preset, cfg, out
+    return system, preset, cfg, out, randomize
 
 
 class RunFolder:
     """The files of one run: config, metrics, checkpoints, curve."""
 
-    def __init__(self, out: Path, system: str, preset: str, cfg: GRPOConfig, resume: bool):
+    def __init__(self, out: Path, system: str, preset: str, cfg: GRPOConfig, resume: bool,
+                 randomize: Randomization):
         self.out = out
         out.mkdir(parents=True, exist_ok=True)
-        write_toml(out / "config.toml", {"system": system, "preset": preset, **asdict(cfg)})
+        write_toml(out / "config.toml", {"system": system, "preset": preset, **asdict(cfg),
+                                         "randomize": randomize.to_table()})
         self.metrics = open(out / "metrics.jsonl", "a" if resume else "w")
 
     def log(self, row: dict) -> None:
@@ -141,7 +166,8 @@ class RunFolder:
 
     def checkpoint(self, trainer: Trainer, name: str, extra: dict) -> None:
         ck = trainer.policy.checkpoint(trainer.spec, asdict(trainer.cfg),
-                                       {**extra, "trainer": trainer.state()})
+                                       {**extra, "trainer": trainer.state(),
+                                        "randomize": trainer.randomize.to_table()})
         save_checkpoint(ck, self.out / f"{name}.pt")
 
     def close(self) -> None:
@@ -181,13 +207,17 @@ def plot_curve(metrics_path: Path, png: Path) -> None:
 
 
 def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: bool = False,
-          progress: bool = True, on_iteration=None) -> dict:
+          progress: bool = True, on_iteration=None,
+          randomize: Randomization | None = None) -> dict:
     """Train until the time budget or iteration limit; returns a summary.
     ``on_iteration(trainer, row)`` is called after every iteration (the
-    benchmark snapshots the policy there); its time is not training time."""
+    benchmark snapshots the policy there); its time is not training time.
+    ``randomize``: the plant's ranges (default: ``default_randomization``)."""
     from tqdm import tqdm
-    trainer = Trainer(cfg, system, preset)
-    folder = RunFolder(out, system, preset, cfg, resume) if out is not None else None
+    if randomize is None:
+        randomize = default_randomization(system, preset)
+    trainer = Trainer(cfg, system, preset, randomize)
+    folder = RunFolder(out, system, preset, cfg, resume, randomize) if out is not None else None
     wall, best, evals_done = 0.0, -math.inf, 0
     if resume:
         ck = read_checkpoint(out / "latest.pt")
@@ -254,11 +284,14 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
 
 
 def run(args) -> int:
-    system, preset, cfg, out = resolve(args)
+    system, preset, cfg, out, randomize = resolve(args)
     print(f"training {system}/{preset} into {out} for "
           f"{cfg.time_budget:g} s" + (f" or {cfg.iterations} iterations" if cfg.iterations else "")
-          + ("; rollouts on the second core (--overlap false: one core)" if cfg.overlap else ""))
-    summary = train(system, preset, cfg, out, resume=args.resume, progress=not args.quiet)
+          + ("; rollouts on the second core (--overlap false: one core)" if cfg.overlap else "")
+          + ("; plants randomised (docs/robustness.md; --randomize off: nominal)"
+             if randomize.active else ""))
+    summary = train(system, preset, cfg, out, resume=args.resume, progress=not args.quiet,
+                    randomize=randomize)
     print(f"done: {summary['iterations']} iterations in {summary['wall_time']:.1f} s; best "
           f"evaluation return {summary['best_return']:.1f} ({cfg.eval_episodes} episodes); "
           f"run folder {out} (evaluate with `grpo-ctrl eval {out}`)")
