@@ -90,8 +90,10 @@ CHOICES = {f.name: f.metadata["choices"] for f in fields(GRPOConfig) if f.metada
 SYSTEM_DEFAULTS = {
     ("pendulum", "gym"): {},
     # 200 Hz control: hold training actions for 4 steps (50 Hz decisions, 2 s horizon)
+    # w_du: smooth commands for a real motor (docs/robustness.md)
     ("pendulum", "rig"): {"action_repeat": 4, "horizon": 100, "loss_steps": 50, "gamma": 0.99,
-                          "time_budget": 60.0, "eval_every": 10.0, "eval_episodes": 50},
+                          "time_budget": 60.0, "eval_every": 10.0, "eval_episodes": 50,
+                          "w_du": 0.02},
     ("cartpole", "gym"): {"horizon": 128, "loss_steps": 64, "gamma": 0.99, "time_budget": 30.0,
                           "eval_every": 5.0},
     ("cartpole", "swingup"): {"horizon": 160, "loss_steps": 80, "gamma": 0.99,
@@ -102,7 +104,7 @@ SYSTEM_DEFAULTS = {
     # lr 1.5e-3: with overlap, 100 % success on both seeds tried (2e-3: 97 % and 100 %)
     ("furuta", "qube-servo2"): {"action_repeat": 5, "horizon": 120, "loss_steps": 60,
                                 "gamma": 0.99, "lr": 1.5e-3, "time_budget": 120.0,
-                                "eval_every": 20.0, "eval_episodes": 50},
+                                "eval_every": 20.0, "eval_episodes": 50, "w_du": 0.02},
 }
 
 

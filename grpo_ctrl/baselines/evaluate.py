@@ -98,6 +98,14 @@ def evaluate(controller, num_episodes: int, seed: int = 0, steps: int | None = N
     spec = controller.spec
     sim = BatchSim(spec.system, num_episodes, spec.preset, seed=seed, randomize=randomize,
                    **model)
+    return run_episodes(controller, sim, steps)
+
+
+@torch.no_grad()
+def run_episodes(controller, sim: BatchSim, steps: int | None = None) -> Episodes:
+    """One episode in each environment of ``sim`` (reset first; plants as
+    its plant mode says), each to the preset's ``max_steps`` (or ``steps``)."""
+    spec, num_episodes = controller.spec, sim.num_envs
     steps = steps or sim.model.max_steps
     obs = sim.reset()
     returns = np.zeros(num_episodes)
