@@ -66,7 +66,7 @@ def _grid_points(system: str, preset: str, spec) -> list[tuple[str, str, float, 
             continue
         for s in SCALES:
             points.append(("model", name, float(s), {name: nominal[name][0] * s}))
-    for steps in np.unique(np.round(DELAY_S / spec.dt).astype(int)):
+    for steps in np.unique(np.floor(DELAY_S / spec.dt + 1e-9).astype(int)):
         points.append(("delay", "delay (ms)", 1e3 * steps * spec.dt, {"delay": int(steps)}))
     for level in TORQUE_NOISE:
         points.append(("torque noise", "torque noise (x u_max)", level,
