@@ -35,20 +35,12 @@ typedef struct {
 static void batch_init(batch *s)
 {
   memset(s, 0, sizeof *s);
-  s->d.B = NENV;
-  s->d.x = s->x;
-  s->d.param = s->param;
-  s->d.act_buf = s->act_buf;
-  s->d.rng_key = s->key;
-  s->d.rng_ctr = s->ctr;
-  s->d.t = s->t;
-  s->d.delay = s->delay;
-  s->d.motor_k = s->motor_k;
-  s->d.torque_noise = s->torque_noise;
-  s->d.offset = s->offset;
-  s->d.tau = s->tau;
-  s->d.push = s->push;
-  s->d.push_left = s->push_left;
+  const ps_data d = {.B = NENV, .x = s->x, .param = s->param, .act_buf = s->act_buf,
+                     .rng_key = s->key, .rng_ctr = s->ctr, .t = s->t, .delay = s->delay,
+                     .motor_k = s->motor_k, .torque_noise = s->torque_noise,
+                     .offset = s->offset, .tau = s->tau, .push = s->push,
+                     .push_left = s->push_left};
+  s->d = d;
 }
 
 /* Wide ranges around the preset: every parameter +-50%, delays up to the
