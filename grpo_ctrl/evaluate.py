@@ -108,7 +108,8 @@ def run_robustness(controllers: dict, args) -> int:
         print(f"robustness of {name} on {spec.system}/{spec.preset}: {episodes} episodes per "
               f"grid point, {10 * episodes} in the realistic row ...", flush=True)
         results[name] = robustness.benchmark(controller, episodes, 10 * episodes)
-    text = robustness.write_results(results, out, f"robustness, {spec.system}/{spec.preset}")
+        # after each controller, so a long comparison leaves what it measured
+        text = robustness.write_results(results, out, f"robustness, {spec.system}/{spec.preset}")
     print(text + f"\nwritten: {out}/robustness.md, robustness.json, robustness.png")
     return 0
 

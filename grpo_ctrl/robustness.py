@@ -87,6 +87,8 @@ def benchmark(controller, episodes: int = 20, realistic_episodes: int = 200) -> 
     realistic row over ``realistic_episodes``. Returns {"points": [Point],
     "categories": {name: score}, "score": mean, "realistic": {...},
     "nominal": {...}}."""
+    import torch
+    torch.set_num_threads(1)  # small batches: a second thread only spins (docs/grpo.md §6)
     spec = controller.spec
     system, preset = spec.system, spec.preset
     nx = len(spec.state_names)
