@@ -195,3 +195,30 @@ def test_table_and_overrides():
         with_overrides(base, ["params"])
     with pytest.raises(ValueError, match="not parameters"):
         BatchSim("pendulum", 2, preset="rig", randomize=Randomization(scale={"mass": (1, 2)}))
+
+
+def test_held_plants_survive_resets_and_autoresets():
+    sim = rig(4, seed=0, hold_plant=True, autoreset=True, max_steps=3)
+    assert sim.plant_names == ("g", "m", "l", "b", "fc", "delay", "motor_k", "torque_noise",
+                               "offset_theta")
+    candidates = {"m": [0.1, 0.15, 0.2, 0.25], "delay": [0, 1, 2, 3], "offset_theta": 0.01}
+    sim.set_plant(candidates)
+    sim.reset()
+    for _ in range(7):  # two autoresets
+        sim.step(np.zeros(4, np.float32))
+    p = sim.plant()
+    np.testing.assert_array_equal(p["m"], candidates["m"])
+    np.testing.assert_array_equal(p["delay"], candidates["delay"])
+    np.testing.assert_array_equal(p["offset_theta"], 0.01)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"delay": 1.5}, "whole steps"), ({"delay": 99}, "whole steps"),
+    ({"motor_k": 0.0}, "motor_k"), ({"torque_noise": -1.0}, "torque_noise"),
+    ({"mass": 1.0}, "unknown plant quantity"), ({"m": np.nan}, "finite")])
+def test_set_plant_refuses_bad_values_and_writes_nothing(values, message):
+    sim = rig(2, hold_plant=True)
+    before = sim.plant()
+    with pytest.raises(ValueError, match=message):
+        sim.set_plant({"l": 0.5, **values})
+    np.testing.assert_array_equal(sim.plant()["l"], before["l"])
