@@ -12,6 +12,7 @@ one or more runs and baselines of one plant, in one table.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 
@@ -78,7 +79,7 @@ def resolve_controllers(args) -> dict:
     if not args.run and not args.controller:
         raise UserError("name a RUN folder or checkpoint, or a baseline with --controller "
                         "lqr|swingup-lqr --system S")
-    controllers = {run: load_controller(run) for run in args.run}
+    controllers = {Path(run).name or run: load_controller(run) for run in args.run}
     if args.controller:
         first = next(iter(controllers.values()), None)
         system = args.system or (first.spec.system if first else None)
@@ -95,8 +96,6 @@ def resolve_controllers(args) -> dict:
 
 
 def run_robustness(controllers: dict, args) -> int:
-    from pathlib import Path
-
     from grpo_ctrl import robustness
     spec = next(iter(controllers.values())).spec
     episodes = args.episodes or 20
