@@ -6,6 +6,8 @@ half-written file behind."""
 from __future__ import annotations
 
 import io
+import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -75,3 +77,25 @@ def save_figure(fig, path: str | os.PathLike, **savefig_kwargs) -> Path:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", **savefig_kwargs)
     return atomic_write(path, buffer.getvalue())
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    return json.dumps(str(v))
+
+
+def write_toml(path: str | os.PathLike, data: dict) -> None:
+    """TOML of strings, numbers, bools and lists, with dict values as tables
+    after the plain keys, written atomically."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for name, table in data.items():
+        if isinstance(table, dict):
+            lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+    atomic_write(path, "\n".join(lines) + "\n")

@@ -30,7 +30,7 @@ except ModuleNotFoundError:  # Python 3.10: tomli is the same parser (pyproject 
 from grpo_ctrl import distributed
 from grpo_ctrl.distributed import Ranks
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.files import atomic_write, save_figure
+from grpo_ctrl.files import save_figure, write_toml
 from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import CHOICES, GRPOConfig, check_config, default_config
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
@@ -94,28 +94,6 @@ def read_toml(path: str) -> dict:
         raise UserError(f"config file {path!r}: unknown field(s) {unknown}; known: "
                         f"{sorted(known)}")
     return data
-
-
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf")
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    return json.dumps(str(v))
-
-
-def write_toml(path: Path, data: dict) -> None:
-    """TOML of strings, numbers, bools and lists, with dict values as tables
-    after the plain keys, written atomically."""
-    lines = [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
-    for name, table in data.items():
-        if isinstance(table, dict):
-            lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
-    atomic_write(path, "\n".join(lines) + "\n")
 
 
 def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
