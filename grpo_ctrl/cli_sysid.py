@@ -37,7 +37,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="largest actuation delay tried (default 4)")
     p.add_argument("--no-refine", action="store_true",
                    help="least squares only: skip the simulation-error refinement")
-    p.add_argument("--seed", type=int, default=0, help="seed of the refinement's search")
 
 
 def run(args) -> int:
@@ -53,7 +52,7 @@ def run(args) -> int:
     plot = check_writable(args.plot or out.with_suffix(".png"))
     logs = [read_log(path, spec) for path in args.logs]
     fit, held, nominal = identify(logs, spec, max_delay=args.max_delay,
-                                  refine_fit=not args.no_refine, seed=args.seed)
+                                  refine_fit=not args.no_refine)
     units = dict(zip(spec.param_names, spec.param_units))
     print(f"sysid {spec.system}/{spec.preset} from {len(logs)} log(s), "
           f"{sum(log.t[-1] - log.t[0] for log in logs):.1f} s")

@@ -18,8 +18,9 @@ Two fits, the second refining the first:
 2. A simulation-error fit: the batched C simulator (``BatchSim`` holding
    one candidate plant per environment) replays the logged commands over
    short windows from the measured states, every candidate and window in
-   one call; a cross-entropy search around the least-squares answer keeps
-   the candidate whose simulated angle stays closest to the measured one.
+   one call; Levenberg-Marquardt from the least-squares answer (its
+   Jacobian by finite differences, all in one call) finds the plant whose
+   simulated angle stays closest to the measured one.
 
 The last quarter of every log is held out: the fits never see it, and the
 reported simulation error and the plot are on it.
@@ -324,47 +325,58 @@ class SimScorer:
         angle = np.arctan2(obs[..., 1], obs[..., 0])  # obs: cos, sin, thd
         return angle.reshape(K, C, W)
 
+    def residuals(self, phys: np.ndarray, delays: np.ndarray) -> np.ndarray:
+        """Angle errors (rad, wrapped) of each candidate, ``(C, K * W)``."""
+        e = self.simulate(phys, delays) - self.y[:, None, :]
+        return np.arctan2(np.sin(e), np.cos(e)).transpose(1, 0, 2).reshape(len(phys), -1)
+
     def score(self, phys: np.ndarray, delays: np.ndarray) -> np.ndarray:
         """Rms angle error (rad) of each candidate over every window."""
-        e = self.simulate(phys, delays) - self.y[:, None, :]
-        e = np.arctan2(np.sin(e), np.cos(e))
-        return np.sqrt(np.mean(e * e, axis=(0, 2)))
+        return np.sqrt(np.mean(self.residuals(phys, delays) ** 2, axis=1))
 
 
-def refine(scorer: SimScorer, phys0: np.ndarray, std0: np.ndarray, delay0: int,
-           iterations: int = 12, population: int = 96, seed: int = 0):
-    """Cross-entropy search over (m, l, b, fc, offset) and the delay, from
-    the least-squares answer; returns the best candidate seen, its delay and
-    score (the start is a candidate, so the result is never worse)."""
-    rng = np.random.default_rng(seed)
-    mean = phys0.copy()
-    sd = np.maximum(3 * std0, np.array([0.03 * phys0[0], 0.03 * phys0[1],
-                                        0.3 * abs(phys0[2]) + 1e-4, 0.3 * abs(phys0[3]) + 1e-4,
-                                        0.01]))
+def refine(scorer: SimScorer, phys0: np.ndarray, delay0: int, iterations: int = 10):
+    """Levenberg-Marquardt on the simulation error over (m, l, b, fc,
+    offset), from the least-squares answer, for the delays next to its
+    delay; each iteration scores every delay's Jacobian candidates in one
+    simulator call and every delay's trial steps in another. Returns the
+    best candidate, its delay and score (the start is one, so the result is
+    never worse)."""
     delays = np.arange(max(0, delay0 - 1), min(MAX_DELAY, delay0 + 1) + 1)
-    p_delay = np.full(len(delays), 1 / len(delays))
-    best = (float(scorer.score(phys0[None], np.array([delay0]))[0]), phys0.copy(), delay0)
+    nd, n = len(delays), len(phys0)
+    p = np.tile(phys0, (nd, 1))
+    lam = np.full(nd, 1e-2)
+    steps = np.array([1.0, 0.5, 0.2])
     lows = np.array([1e-6, 1e-6, 0.0, 0.0, -np.inf])
+    cost = (scorer.residuals(p, delays) ** 2).sum(axis=1)
     for _ in range(iterations):
-        cand = np.clip(mean + sd * rng.standard_normal((population, 5)), lows, np.inf)
-        cand[0] = best[1]
-        d = rng.choice(delays, size=population, p=p_delay)
-        d[0] = best[2]
-        s = scorer.score(cand, d)
-        k = int(np.argmin(s))
-        if s[k] < best[0]:
-            best = (float(s[k]), cand[k].copy(), int(d[k]))
-        elite = np.argsort(s)[:max(4, population // 10)]
-        mean = cand[elite].mean(axis=0)
-        sd = np.maximum(cand[elite].std(axis=0), 1e-6 * np.abs(mean) + 1e-9)
-        counts = np.array([(d[elite] == v).sum() for v in delays], float)
-        p_delay = 0.8 * counts / counts.sum() + 0.2 / len(delays)
-    return best[1], best[2], best[0]
+        h = 1e-4 * np.maximum(np.abs(p), np.array([1e-3, 1e-3, 1e-3, 1e-3, 1e-2]))
+        cand = np.repeat(p, n + 1, axis=0)
+        for j in range(nd):
+            cand[j * (n + 1) + 1:(j + 1) * (n + 1)] += np.diag(h[j])
+        r = scorer.residuals(cand, np.repeat(delays, n + 1)).reshape(nd, n + 1, -1)
+        trials = []
+        for j in range(nd):
+            J = (r[j, 1:] - r[j, 0]).T / h[j]              # (K W, n)
+            A, grad = J.T @ J, J.T @ r[j, 0]
+            delta = -np.linalg.solve(A + lam[j] * np.diag(np.diag(A) + 1e-12), grad)
+            trials += [np.maximum(p[j] + a * delta, lows) for a in steps]
+        trials = np.array(trials)
+        c = (scorer.residuals(trials, np.repeat(delays, len(steps))) ** 2).sum(axis=1)
+        c = c.reshape(nd, len(steps))
+        for j in range(nd):
+            k = int(np.argmin(c[j]))
+            if c[j, k] < cost[j]:
+                p[j], cost[j] = trials[j * len(steps) + k], c[j, k]
+                lam[j] = max(lam[j] / 3, 1e-6)
+            else:
+                lam[j] *= 10
+    j = int(np.argmin(cost))
+    return p[j], int(delays[j]), float(np.sqrt(cost[j] / scorer.K / scorer.W))
 
 
 # ---------------------------------------------------------------------- the whole fit
-def identify(logs: list[Log], spec: PlantSpec, max_delay: int = 4, refine_fit: bool = True,
-             seed: int = 0) -> tuple[Fit, SimScorer, np.ndarray]:
+def identify(logs: list[Log], spec: PlantSpec, max_delay: int = 4, refine_fit: bool = True) -> tuple[Fit, SimScorer, np.ndarray]:
     """Least squares, then simulation-error refinement, on the fitting part
     of ``logs``; scored on the held-out part. Returns the fit, the held-out
     scorer and the nominal plant's (m, l, b, fc, offset) for comparison."""
@@ -401,7 +413,7 @@ def identify(logs: list[Log], spec: PlantSpec, max_delay: int = 4, refine_fit: b
     held_scorer = SimScorer(spec, held, g)
     delay_ls = int(ls["delay"])
     if refine_fit:
-        phys, delay, _ = refine(fit_scorer, phys_ls, std, delay_ls, seed=seed)
+        phys, delay, _ = refine(fit_scorer, phys_ls, delay_ls)
     else:
         phys, delay = phys_ls, delay_ls
     err = held_scorer.score(np.stack([phys_ls, phys]), np.array([delay_ls, delay]))
@@ -432,6 +444,8 @@ def plot_held_out(path, fit: Fit, scorer: SimScorer, nominal_phys: np.ndarray,
     phys = np.array([fit.params["m"], fit.params["l"], fit.params["b"], fit.params["fc"],
                      fit.offset])
     sims = scorer.simulate(np.stack([phys, nominal_phys]), np.array([fit.delay, nominal_delay]))
+    e = sims - scorer.y[:, None, :]
+    sims = scorer.y[:, None, :] + np.arctan2(np.sin(e), np.cos(e))  # on the measured branch
     n = min(windows, scorer.W)
     fig, axes = plt.subplots(n, 1, figsize=(8, 2.2 * n), squeeze=False)
     t = np.arange(1, scorer.K + 1) * scorer.dt

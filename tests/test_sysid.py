@@ -1,0 +1,156 @@
+"""System identification (grpo_ctrl.sysid, grpo-ctrl sysid): logs of a
+simulated pendulum whose parameters, delay and encoder offset are not the
+preset's (encoder quantisation and sensor noise on), written by the
+telemetry writer `run` uses; the fit must find them."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("scipy", reason="sysid filters with scipy.signal")
+
+from grpo_ctrl.cli import main  # noqa: E402
+from grpo_ctrl.firmware_bridge.telemetry import Telemetry  # noqa: E402
+from grpo_ctrl.plant import plant_spec  # noqa: E402
+from grpo_ctrl.sim import BatchSim  # noqa: E402
+from grpo_ctrl.sysid import identify, read_log  # noqa: E402
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
+
+SPEC = plant_spec("pendulum", "rig")
+
+
+def multisine(n: int, dt: float, amplitude: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(n) * dt
+    u = sum(np.sin(2 * np.pi * f * t + rng.uniform(0, 2 * np.pi)) for f in np.linspace(0.2, 4, 15))
+    return amplitude * u / np.max(np.abs(u))
+
+
+def write_log(path, plant: dict, seconds: float = 20.0, seed: int = 0, command=None,
+              channels: int = 1, noise: float = 0.001, angle0: float = math.pi):
+    """A telemetry CSV like `run`'s: a row per control tick with the encoder
+    reading (offset, noise, 2048-count quantisation) and the command applied
+    from that tick on. ``command(k, obs)`` chooses it (default: a multisine
+    of 0.6 u_max from hanging)."""
+    sim = BatchSim("pendulum", 1, preset="rig", hold_plant=True, noise_std=[noise, 0.0],
+                   seed=seed)
+    sim.set_plant(plant)
+    sim.reset()
+    sim.set_state({"x": np.array([[angle0, 0.0]])})
+    dt = sim.spec.dt
+    n = int(round(seconds / dt))
+    ms = multisine(n, dt, 0.6 * sim.spec.u_max, seed)
+    command = command or (lambda k, obs: ms[k])
+    telemetry = Telemetry(path)
+    obs = sim.observe().copy()
+    for k in range(n):
+        u = float(command(k, obs))
+        angle = float(np.arctan2(obs[0, 1], obs[0, 0]))
+        telemetry.write({"kind": "state", "dev_seq": k, "dev_t_us": int(round(k * dt * 1e6)),
+                         "mode": 2, "actuator": u, "pos": [angle] * channels,
+                         "vel": [float(obs[0, 2])] * channels})
+        obs = sim.step(np.array([u], np.float32))[0].copy()
+    telemetry.close()
+    return path
+
+
+PLANTS = [  # (plant, delay): none of them the preset (m 0.15, l 0.30, b 0.002, fc 0.004)
+    ({"m": 0.18, "l": 0.26, "b": 0.003, "fc": 0.005, "offset_theta": 0.02}, 1),
+    ({"m": 0.12, "l": 0.36, "b": 0.0015, "fc": 0.003, "offset_theta": -0.03}, 0),
+    ({"m": 0.17, "l": 0.33, "b": 0.0025, "fc": 0.0045, "offset_theta": 0.0}, 2),
+]
+
+
+@pytest.mark.parametrize("plant,delay", PLANTS)
+def test_fit_recovers_parameters_delay_and_offset(tmp_path, plant, delay):
+    path = write_log(tmp_path / "log.csv", {**plant, "delay": delay}, seed=delay)
+    fit, _, _ = identify([read_log(path, SPEC)], SPEC)
+    for name in ("m", "l", "b", "fc"):
+        assert fit.params[name] == pytest.approx(plant[name], rel=0.05), name
+    assert fit.delay == delay
+    assert fit.offset == pytest.approx(plant["offset_theta"], abs=0.005)
+    assert fit.params["g"] == 9.81
+    # the refinement never does worse than least squares on the held-out quarter
+    assert fit.sim_error <= fit.sim_error_ls * 1.05
+    # the fitted plant predicts the held-out data to about the encoder's resolution
+    assert fit.sim_error < 3 * 2 * math.pi / 2048
+    assert not fit.warnings
+
+
+def test_least_squares_alone_picks_the_delay(tmp_path):
+    path = write_log(tmp_path / "log.csv", {"m": 0.14, "l": 0.28, "delay": 2})
+    fit, _, _ = identify([read_log(path, SPEC)], SPEC, refine_fit=False)
+    assert fit.delay == 2
+    assert np.argmin(fit.ls_residuals_by_delay) == 2
+    assert fit.params["m"] == pytest.approx(0.14, rel=0.05)
+    assert fit.params["l"] == pytest.approx(0.28, rel=0.05)
+
+
+def test_cli_writes_reveal_format_and_plot(tmp_path, capsys):
+    path = write_log(tmp_path / "log.csv", {"m": 0.18, "l": 0.26, "delay": 1})
+    out = tmp_path / "fitted.toml"
+    assert main(["sysid", str(path), "--system", "pendulum", "--preset", "rig",
+                 "--out", str(out)]) == 0
+    data = tomllib.loads(out.read_text())
+    assert set(SPEC.param_names) | {"delay", "offset"} <= set(data)
+    assert data["delay"] == 1 and data["m"] == pytest.approx(0.18, rel=0.05)
+    assert set(data["std"]) >= {"m", "l", "b", "fc"} and data["std"]["m"] > 0
+    assert (tmp_path / "fitted.png").read_bytes()[:4] == b"\x89PNG"
+    assert "held-out" in capsys.readouterr().out
+
+
+def test_velocity_feedback_data_cannot_separate_torque_from_damping(tmp_path):
+    """A log of u = -k thd alone (a damping controller on a released
+    pendulum): the command is the velocity scaled, so the torque's gain
+    (through m) and the viscous friction are not separable."""
+    plant = {"m": 0.15, "l": 0.3, "delay": 0}
+    path = write_log(tmp_path / "log.csv", plant, command=lambda k, obs: -0.02 * obs[0, 2],
+                     noise=0.0, angle0=math.pi - 1.0)
+    fit, _, _ = identify([read_log(path, SPEC)], SPEC, refine_fit=False)
+    assert any("not separable" in w or "ill-conditioned" in w or "poorly determined" in w
+               for w in fit.warnings), fit.warnings
+
+
+def _fails(capsys, tmp_path, log, *extra):
+    out = tmp_path / "fitted.toml"
+    rc = main(["sysid", str(log), "--system", "pendulum", "--preset", "rig",
+               "--out", str(out), *extra])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists() and not (tmp_path / "fitted.png").exists()
+    return err
+
+
+def test_bad_logs_get_one_line(tmp_path, capsys):
+    plant = {"m": 0.15, "l": 0.3}
+    short = write_log(tmp_path / "short.csv", plant, seconds=2.0)
+    assert "too short" in _fails(capsys, tmp_path, short)
+    still = write_log(tmp_path / "still.csv", plant, seconds=6.0, command=lambda k, o: 0.0,
+                      noise=0.0)
+    assert "never moves" in _fails(capsys, tmp_path, still)
+    saturated = write_log(tmp_path / "sat.csv", plant, seconds=6.0,
+                          command=lambda k, o: 0.15 if (k // 100) % 2 else -0.15)
+    assert "saturated" in _fails(capsys, tmp_path, saturated)
+    furuta_like = write_log(tmp_path / "two.csv", plant, seconds=6.0, channels=2)
+    assert "wrong plant" in _fails(capsys, tmp_path, furuta_like)
+    gym = write_log(tmp_path / "gym.csv", plant, seconds=6.0,
+                    command=lambda k, o: 1.0 * np.sin(k / 50))
+    assert "wrong plant" in _fails(capsys, tmp_path, gym)  # 1 N m is beyond the rig's 0.15
+    missing = tmp_path / "missing.csv"
+    missing.write_text("kind,dev_t_us,pos\nstate,0,3.1\nstate,5000,3.1\n")
+    assert "lacks the column" in _fails(capsys, tmp_path, missing)
+    assert "does not exist" in _fails(capsys, tmp_path, tmp_path / "nope.csv")
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "99", "1.5"])
+def test_max_delay_refused_before_work(tmp_path, capsys, value):
+    with pytest.raises(SystemExit) as e:
+        main(["sysid", "x.csv", "--out", str(tmp_path / "f.toml"), "--max-delay", value])
+    assert e.value.code == 2
