@@ -28,6 +28,7 @@ from grpo_ctrl.firmware_bridge._firmware import ffi, lib
 from grpo_ctrl.firmware_bridge.protocol import FAULTS, MODES
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.plant import default_preset, plant_spec, presets, system_id, systems
+from grpo_ctrl.plant_file import PlantValues
 
 
 @dataclass
@@ -39,6 +40,7 @@ class HilConfig:
     angle0: float | None = None      # start at rest with the pendulum at this angle
                                      # (rad from upright); default: the preset's draw
     hold_until_armed: bool = False   # hold the plant still until first armed, as a hand would
+    plant: PlantValues | None = None  # a plant that is not the preset (grpo_ctrl.plant_file)
     seed: int = 0
     device_id: int = 1
     watchdog_ms: float | None = None     # default: two control periods
@@ -86,6 +88,12 @@ class HilServer:
             for k, v in enumerate(spec.rest_state(float(c.angle0))):
                 o.x0[k] = v
         o.hold_until_armed = int(c.hold_until_armed)
+        if c.plant is not None:
+            o.n_param = len(spec.param_names)
+            o.param[0:o.n_param] = [float(c.plant.params[name]) for name in spec.param_names]
+            o.delay_steps = int(c.plant.delay)
+            pole = [pos for pos, _ in spec.channels].index(spec.pole_angle)
+            o.offset[pole] = float(c.plant.offset)
         o.seed = c.seed
         o.device_id = c.device_id
         o.watchdog_us = int(round(c.watchdog_ms * 1000)) if c.watchdog_ms else 0
@@ -245,6 +253,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="start at rest with the pendulum at this angle from upright")
     p.add_argument("--hold-until-armed", action="store_true",
                    help="hold the plant at its start until the host first arms it")
+    g = p.add_argument_group("a plant that is not the preset")
+    g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a physical parameter (PlantSpec.param_names), delay (steps) or offset "
+                        "(rad, the pendulum encoder's); repeat for several")
+    g.add_argument("--plant", metavar="FILE.toml",
+                   help="the plant of a file (grpo-ctrl sysid --out, --reveal)")
+    g.add_argument("--mystery", type=int, default=None, metavar="SEED",
+                   help="a hidden plant: every parameter but g x U(0.7, 1.3), 0-2 steps of "
+                        "delay, an encoder offset within 0.05 rad; never printed")
+    g.add_argument("--reveal", metavar="FILE.toml",
+                   help="write the plant served (e.g. --mystery's) to this file")
     p.add_argument("--duration", type=float, default=0.0, metavar="S",
                    help="stop after this long (default: until Ctrl-C)")
     p.add_argument("--seed", type=int, default=0)
@@ -271,9 +290,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="corrupt the host's bytes too (raise --watchdog-ms to match)")
 
 
+def plant_from_args(args) -> PlantValues | None:
+    """The plant ``--mystery``, ``--plant`` and ``--param`` ask for (None: the preset)."""
+    from grpo_ctrl.plant_file import mystery_plant, plant_from_params, read_plant_file
+
+    if args.mystery is not None and (args.plant or args.param):
+        raise UserError("--mystery draws the whole plant: leave out --plant and --param")
+    if args.system not in systems():
+        return None  # HilServer names the choices
+    try:
+        spec = plant_spec(args.system, args.preset)
+    except ValueError:
+        return None
+    if args.mystery is not None:
+        return mystery_plant(spec, args.mystery)
+    base = read_plant_file(args.plant, spec) if args.plant else None
+    if not args.param:
+        return base
+    return plant_from_params(args.param, spec, base)
+
+
 def config_from_args(args) -> HilConfig:
     return HilConfig(system=args.system, preset=args.preset, rate=args.rate, angle0=args.angle0,
                      hold_until_armed=args.hold_until_armed, seed=args.seed,
+                     plant=plant_from_args(args),
                      watchdog_ms=args.watchdog_ms, velocity_limit=args.velocity_limit,
                      position_limit=args.position_limit,
                      velocity_cutoff_hz=args.velocity_cutoff, corrupt=args.corrupt, drop=args.drop,
@@ -284,7 +324,14 @@ def config_from_args(args) -> HilConfig:
 
 
 def run(args) -> int:
-    server = HilServer(config_from_args(args))
+    from grpo_ctrl.files import check_writable, write_toml
+
+    config = config_from_args(args)
+    if args.reveal:
+        check_writable(args.reveal)
+    server = HilServer(config)
+    if args.reveal:  # the plant served, for checking a fit afterwards; never printed
+        write_toml(args.reveal, (config.plant or _preset_values(server.spec)).table())
     s = server.stats_raw()
     # the first line is the device path alone, for scripts
     print(server.port, flush=True)
@@ -308,3 +355,6 @@ def run(args) -> int:
     return 0
 
 
+def _preset_values(spec) -> PlantValues:
+    from grpo_ctrl.plant_file import nominal_params
+    return PlantValues(nominal_params(spec))

@@ -37,7 +37,7 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.plant import PlantSpec, init_model
 from grpo_ctrl.sim import MAX_DELAY, BatchSim
 
-REQUIRED_COLUMNS = ("kind", "dev_t_us", "pos", "actuator")
+REQUIRED_COLUMNS = ("kind", "dev_t_us", "pos", "obs", "actuator")
 MIN_SECONDS = 5.0        # of log, before the held-out quarter is taken
 MIN_TRAVEL_QUANTA = 20   # peak-to-peak travel, in encoder steps, of a log that moved
 MAX_SATURATED = 0.5      # share of rows at the actuator limit beyond which torque is unknown
@@ -50,11 +50,13 @@ CONDITION_WARN = 1e3     # condition number of the (column-scaled) regressor
 
 @dataclass
 class Log:
-    """One log's state rows on a uniform clock: time (s), positions
-    (n, channels) and the actuator value applied at each row."""
+    """One log's state rows: time (s), the pendulum's angle reading (rad,
+    unwrapped; from the observation the host built, which scaled the
+    encoder counts by the device's INFO) and the actuator value applied
+    from each row on."""
     name: str
     t: np.ndarray
-    pos: np.ndarray
+    angle: np.ndarray
     u: np.ndarray
 
     @property
@@ -116,7 +118,7 @@ def read_log(path, spec: PlantSpec) -> Log:
         raise UserError(f"log {str(path)!r} lacks the column(s) {missing}; sysid needs "
                         f"{list(REQUIRED_COLUMNS)} as `grpo-ctrl run --log` writes them")
     states = [r for r in states if r["dev_t_us"] is not None and r["pos"] is not None
-              and r["actuator"] is not None]
+              and r["obs"] is not None and r["actuator"] is not None]
     if len(states) < 2:
         raise UserError(f"log {str(path)!r} is too short: {len(states)} state rows; record "
                         f"at least {MIN_SECONDS:g} s (`grpo-ctrl excite --duration 20`)")
@@ -125,17 +127,20 @@ def read_log(path, spec: PlantSpec) -> Log:
         raise UserError(f"log {str(path)!r} has {sorted(nch)} position channel(s) but "
                         f"{spec.system} has {len(spec.channels)}: wrong plant; give the "
                         "--system the log was recorded on")
+    if {len(r["obs"]) for r in states} != {spec.nobs}:
+        raise UserError(f"log {str(path)!r} has observations of another size than "
+                        f"{spec.system}'s {spec.nobs}: wrong plant; give the --system the log "
+                        "was recorded on")
     t = np.array([r["dev_t_us"] for r in states], float) * 1e-6
-    pos = np.array([r["pos"] for r in states], float)
+    obs = np.array([r["obs"] for r in states], float)
     u = np.array([r["actuator"] for r in states], float)
-    if not (np.all(np.isfinite(t)) and np.all(np.isfinite(pos)) and np.all(np.isfinite(u))):
+    if not (np.all(np.isfinite(t)) and np.all(np.isfinite(obs)) and np.all(np.isfinite(u))):
         raise UserError(f"log {str(path)!r} holds non-finite values; record it again")
-    if np.any(np.diff(t) <= 0):
-        order = np.argsort(t, kind="stable")
-        t, pos, u = t[order], pos[order], u[order]
-        keep = np.concatenate([[True], np.diff(t) > 0])
-        t, pos, u = t[keep], pos[keep], u[keep]
-    log = Log(path.name, t, pos, u)
+    order = np.argsort(t, kind="stable")
+    keep = np.concatenate([[True], np.diff(t[order]) > 0])
+    t, obs, u = t[order][keep], obs[order][keep], u[order][keep]
+    i = spec.pole_obs
+    log = Log(path.name, t, np.unwrap(np.arctan2(obs[:, i + 1], obs[:, i])), u)
     check_log(log, spec)
     return log
 
@@ -156,9 +161,8 @@ def check_log(log: Log, spec: PlantSpec) -> None:
         raise UserError(f"{where} is saturated: the command sits at the actuator limit in "
                         f"{saturated:.0%} of rows, where the torque is unknown; record an "
                         "excitation within the limits (`grpo-ctrl excite`)")
-    pole = spec.channels.index(next(c for c in spec.channels if c[0] == spec.pole_angle))
     quantum = 2 * math.pi / 4096
-    travel = np.ptp(np.unwrap(log.pos[:, pole]))
+    travel = np.ptp(log.angle)
     if travel < max(MIN_TRAVEL_QUANTA * quantum, 0.02):
         raise UserError(f"{where} never moves: the pendulum travels {travel:.3g} rad in all; "
                         "excite it (`grpo-ctrl excite`) or check that the device was armed")
@@ -194,7 +198,7 @@ def _segments(logs: list[Log], spec: PlantSpec) -> tuple[list[_Segment], list[_S
     """Each log split into its fitting part and its held-out last quarter."""
     fit, held = [], []
     for log in logs:
-        y = np.unwrap(log.pos[:, 0])
+        y = log.angle
         dt = log.dt
         n_fit = int(len(y) * (1 - HELD_OUT))
         for lo, hi, out in ((0, n_fit, fit), (n_fit, len(y), held)):

@@ -35,8 +35,8 @@ def multisine(n: int, dt: float, amplitude: float, seed: int) -> np.ndarray:
 def write_log(path, plant: dict, seconds: float = 20.0, seed: int = 0, command=None,
               channels: int = 1, noise: float = 0.001, angle0: float = math.pi):
     """A telemetry CSV like `run`'s: a row per control tick with the encoder
-    reading (offset, noise, 2048-count quantisation) and the command applied
-    from that tick on. ``command(k, obs)`` chooses it (default: a multisine
+    counts, the observation built from them (offset, noise, 2048-count
+    quantisation) and the command applied from that tick on. ``command(k, obs)`` chooses it (default: a multisine
     of 0.6 u_max from hanging)."""
     sim = BatchSim("pendulum", 1, preset="rig", hold_plant=True, noise_std=[noise, 0.0],
                    seed=seed)
@@ -51,10 +51,10 @@ def write_log(path, plant: dict, seconds: float = 20.0, seed: int = 0, command=N
     obs = sim.observe().copy()
     for k in range(n):
         u = float(command(k, obs))
-        angle = float(np.arctan2(obs[0, 1], obs[0, 0]))
+        counts = round(float(np.arctan2(obs[0, 1], obs[0, 0])) * 2048 / (2 * math.pi))
         telemetry.write({"kind": "state", "dev_seq": k, "dev_t_us": int(round(k * dt * 1e6)),
-                         "mode": 2, "actuator": u, "pos": [angle] * channels,
-                         "vel": [float(obs[0, 2])] * channels})
+                         "mode": 2, "actuator": u, "pos": [counts] * channels,
+                         "vel": [0] * channels, "obs": [float(x) for x in obs[0]]})
         obs = sim.step(np.array([u], np.float32))[0].copy()
     telemetry.close()
     return path
@@ -144,7 +144,7 @@ def test_bad_logs_get_one_line(tmp_path, capsys):
                     command=lambda k, o: 1.0 * np.sin(k / 50))
     assert "wrong plant" in _fails(capsys, tmp_path, gym)  # 1 N m is beyond the rig's 0.15
     missing = tmp_path / "missing.csv"
-    missing.write_text("kind,dev_t_us,pos\nstate,0,3.1\nstate,5000,3.1\n")
+    missing.write_text("kind,dev_t_us,pos,actuator\nstate,0,1024,0\nstate,5000,1024,0\n")
     assert "lacks the column" in _fails(capsys, tmp_path, missing)
     assert "does not exist" in _fails(capsys, tmp_path, tmp_path / "nope.csv")
 

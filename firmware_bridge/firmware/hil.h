@@ -31,6 +31,11 @@ typedef struct {
   int set_x0;                 /* start at x0 rather than the preset's draw */
   double x0[4];
   int hold_until_armed;       /* hold the plant at its start until first armed */
+  /* a plant that is not the preset (grpo-ctrl hil --param, --plant, --mystery) */
+  int n_param;                /* parameters 0..n_param-1 replace the preset's (0: none) */
+  double param[12];           /* PS_MAX_PARAMS */
+  int delay_steps;            /* actuation delay, control steps (0..PS_MAX_DELAY) */
+  double offset[PROTO_MAX_CHANNELS];  /* added to each channel's position (encoder offset) */
   uint64_t seed;
   uint32_t device_id;
   uint32_t watchdog_us;       /* 0 = two control periods */

@@ -27,6 +27,10 @@ typedef struct {
   uint8_t bytes[PROTO_MAX_WIRE];
 } tx_slot;
 
+/* hil_options.param holds a plant's whole parameter vector */
+typedef char hil_param_room[sizeof(((hil_options *)0)->param) / sizeof(double) == PS_MAX_PARAMS
+                            ? 1 : -1];
+
 struct hil_sim {
   hil_options o;
   fw_device dev;
@@ -95,7 +99,7 @@ static void hw_read_sensors(void *ctx, int32_t *counts)
 {
   const hil_sim *h = ctx;
   for (int c = 0; c < h->dev.cfg.n_channels; ++c) {
-    const double v = round(h->x[h->state_index[c]] * h->counts_per_rad_or_m[c]);
+    const double v = round((h->x[h->state_index[c]] + h->o.offset[c]) * h->counts_per_rad_or_m[c]);
     const double wrapped = isfinite(v) ? fmod(v, 4294967296.0) : 0.0;
     counts[c] = (int32_t)(uint32_t)(int64_t)wrapped;
   }
@@ -193,6 +197,12 @@ int hil_init(hil_sim *h, const hil_options *o)
     if (h->m.substeps < 1) h->m.substeps = 1;
   }
   h->m.max_steps = 0;
+  if (o->n_param < 0 || o->n_param > h->m.nparam) return PS_ERR_MODEL;
+  for (int k = 0; k < o->n_param; ++k) {
+    if (!isfinite(o->param[k])) return PS_ERR_MODEL;
+    h->m.param[k] = o->param[k];  /* the nominal plant mode resets to these */
+  }
+  h->m.delay = o->delay_steps;
   if (ps_model_check(&h->m) != PS_OK) return PS_ERR_MODEL;
   h->d.B = 1;
   h->d.x = h->x;

@@ -1,0 +1,117 @@
+"""A HIL that is not the preset: --param, --plant, --mystery, --reveal. The
+served plant is checked against the C simulator holding the same plant, and
+the encoder offset against the device's own state frames."""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from grpo_ctrl.cli import main
+from grpo_ctrl.firmware_bridge import protocol as P
+from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil
+from grpo_ctrl.firmware_bridge.link import Link, await_frame, handshake
+from grpo_ctrl.plant import plant_spec
+from grpo_ctrl.plant_file import PlantValues, mystery_plant, nominal_params, read_plant_file
+from grpo_ctrl.sim import BatchSim
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
+
+SPEC = plant_spec("pendulum", "rig")
+
+
+def _free_swing(plant: dict, angle0: float, n: int) -> np.ndarray:
+    sim = BatchSim("pendulum", 1, preset="rig", hold_plant=True)
+    sim.set_plant(plant)
+    sim.set_state({"x": np.array([[angle0, 0.0]])})
+    xs = []
+    for _ in range(n):
+        sim.step(np.zeros(1, np.float32))
+        xs.append(sim.get_state()["x"][0].copy())
+    return np.array(xs)
+
+
+def test_served_plant_is_the_one_asked_for():
+    values = PlantValues({**nominal_params(SPEC), "m": 0.2, "l": 0.22, "b": 0.004}, delay=1,
+                         offset=0.04)
+    angle0 = math.pi - 0.6
+    with serve_hil(HilConfig(system="pendulum", preset="rig", angle0=angle0,
+                             plant=values)) as hil:
+        with Link(hil.port) as link:
+            handshake(link)
+            got = await_frame(link, lambda f, m: isinstance(m, P.State), 2.0)
+        deadline = time.monotonic() + 10
+        while len(hil.trace()["t"]) < 150 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        trace = hil.trace()
+    # unarmed, the actuator is 0: a free swing of the asked-for plant, step for step
+    n = 120
+    want = _free_swing({"m": 0.2, "l": 0.22, "b": 0.004}, angle0, n)
+    preset = _free_swing({}, angle0, n)
+    np.testing.assert_allclose(trace["x"][:n], want, atol=1e-9)
+    assert np.max(np.abs(trace["x"][:n, 0] - preset[:, 0])) > 0.05  # not the preset
+    # the encoder reads the true angle plus the offset (to one count of 2048 per turn)
+    assert got is not None
+    state = got[1]
+    k = int(np.argmin(np.abs(trace["t"] - state.t_us * 1e-6)))
+    assert state.pos[0] * 2 * math.pi / 2048 == pytest.approx(trace["x"][k, 0] + 0.04,
+                                                             abs=2 * math.pi / 2048)
+
+
+def test_mystery_is_hidden_reproducible_and_revealed(tmp_path, capsys):
+    a, b, c = mystery_plant(SPEC, 3), mystery_plant(SPEC, 3), mystery_plant(SPEC, 4)
+    assert a == b and a != c
+    nominal = nominal_params(SPEC)
+    for name, v in a.params.items():
+        if name == "g":
+            assert v == nominal["g"]
+        else:
+            assert 0.7 * nominal[name] <= v <= 1.3 * nominal[name]
+    assert a.delay in (0, 1, 2) and abs(a.offset) <= 0.05
+    reveal = tmp_path / "truth.toml"
+    assert main(["hil", "--system", "pendulum", "--preset", "rig", "--mystery", "3",
+                 "--reveal", str(reveal), "--duration", "0.2"]) == 0
+    out = capsys.readouterr().out
+    for v in a.params.values():
+        if v != nominal["g"]:
+            assert f"{v:.3g}" not in out and repr(v) not in out
+    data = tomllib.loads(reveal.read_text())
+    assert set(data) == set(SPEC.param_names) | {"delay", "offset"}
+    back = read_plant_file(reveal, SPEC)
+    assert back.params == pytest.approx(a.params) and back.delay == a.delay
+    assert back.offset == pytest.approx(a.offset)
+
+
+def test_param_and_plant_flags(tmp_path, capsys):
+    reveal = tmp_path / "p.toml"
+    assert main(["hil", "--preset", "rig", "--param", "m=0.2", "--param", "delay=2",
+                 "--param", "offset=0.01", "--reveal", str(reveal), "--duration", "0.1"]) == 0
+    back = read_plant_file(reveal, SPEC)
+    assert back.params["m"] == 0.2 and back.params["l"] == nominal_params(SPEC)["l"]
+    assert back.delay == 2 and back.offset == 0.01
+    again = tmp_path / "q.toml"
+    assert main(["hil", "--preset", "rig", "--plant", str(reveal), "--param", "l=0.25",
+                 "--reveal", str(again), "--duration", "0.1"]) == 0
+    both = read_plant_file(again, SPEC)
+    assert both.params["m"] == 0.2 and both.params["l"] == 0.25 and both.delay == 2
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--param", "mass=0.2"], "not a parameter"),
+    (["--param", "m=-1"], ">= 0"),
+    (["--param", "m"], "NAME=VALUE"),
+    (["--param", "delay=1.5"], "whole control steps"),
+    (["--param", "offset=nan"], "offset"),
+    (["--plant", "/nonexistent/p.toml"], "does not exist"),
+    (["--mystery", "1", "--param", "m=0.2"], "leave out"),
+])
+def test_bad_plant_flags_get_one_line(capsys, args, message):
+    assert main(["hil", "--preset", "rig", "--duration", "0.1", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
