@@ -38,7 +38,7 @@ STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
 
 def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None, *,
              baudrate: int = 1_000_000, stop: threading.Event | None = None,
-             print_fn=print, on_device: bool = False) -> dict:
+             print_fn=print, on_device: bool = False, make_policy=None) -> dict:
     """Run ``policy_path`` (ONNX) on the device at ``port`` for ``duration``
     seconds; returns the summary dict (``ended``: completed, interrupted,
     fault, link lost or error). Telemetry goes to ``log`` (.csv or .jsonl) and
@@ -46,10 +46,13 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
     and SIGHUP (in the main thread) or ``stop.set()`` end the run safely: zero
     command, DISARM, log and plot written. ``on_device``: the device's linked
     controller closes the loop (PROTOCOL.md, "On-device control"); the host
-    arms, keeps the watchdog fed and logs; ``policy_path`` may then be None."""
+    arms, keeps the watchdog fed and logs; ``policy_path`` may then be None.
+    ``make_policy(info, features)``: a host-side command source other than
+    an ONNX file (``grpo-ctrl excite``'s experiment); ``policy_path`` is
+    then ignored."""
     if not duration > 0 or not math.isfinite(duration):
         raise UserError(f"--duration must be a positive number of seconds, got {duration}")
-    if not on_device and not Path(policy_path).is_file():
+    if not on_device and make_policy is None and not Path(policy_path).is_file():
         raise UserError(f"no ONNX controller at {str(policy_path)!r}; export one with "
                         "`grpo-ctrl export ... --onnx FILE`")
     log = Path(log) if log else None
@@ -73,6 +76,8 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
             select_control_source(link, info, on_device)
             if on_device:  # keep-alive commands: the device ignores their value
                 policy = _keepalive
+            elif make_policy is not None:
+                policy = make_policy(info, features)
             else:
                 policy = load_onnx_controller(policy_path, info, features, warn=print_fn)
             telemetry = Telemetry(log)

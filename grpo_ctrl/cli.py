@@ -24,6 +24,7 @@ COMMANDS = {
     "verify": ("grpo_ctrl.export.cli_verify", "check an exported ONNX controller against its source"),
     "hil": ("grpo_ctrl.firmware_bridge.hil", "serve a hardware-in-the-loop pendulum on a pseudo-terminal"),
     "run": ("grpo_ctrl.firmware_bridge.host", "run an ONNX controller closed-loop over serial"),
+    "excite": ("grpo_ctrl.firmware_bridge.excite", "run a safe identification experiment on the rig and log it"),
     "sysid": ("grpo_ctrl.cli_sysid", "fit a plant's parameters, delay and offset to run/excite logs"),
     "bench": ("grpo_ctrl.bench_cli", "run a benchmark (sim, train, export, loop)"),
 }
