@@ -35,8 +35,10 @@ from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import CHOICES, GRPOConfig, check_config, default_config
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
 from grpo_ctrl.run_folder import BEST, CONFIG, CURVE, LATEST, METRICS, checkpoint_file
-from grpo_ctrl.plant import presets, systems, default_preset
-from grpo_ctrl.randomize import Randomization, default_randomization, with_overrides
+from grpo_ctrl.plant import default_preset, plant_spec, presets, systems
+from grpo_ctrl.plant_file import read_plant_file
+from grpo_ctrl.randomize import (Randomization, centred_on_fit, default_randomization,
+                                 with_overrides)
 
 # what config.toml holds besides the GRPOConfig fields
 RUN_KEYS = ("system", "preset", "randomize")
@@ -55,6 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="data-parallel worker processes on this machine, one per core "
                         "(default 1; overlap is off with more than one; under torchrun the "
                         "launcher sets the processes: leave this out)")
+    p.add_argument("--plant", metavar="FILE.toml",
+                   help="a fitted rig (grpo-ctrl sysid --out): every parameter drawn within "
+                        "max(3 std, 10%%) of the fit, the delay within a step of it, encoder "
+                        "offsets up to its size; then --randomize applies")
     p.add_argument("--randomize", action="append", default=[], metavar="KEY=VALUE",
                    help="domain randomisation over the plant's default ranges (pendulum/rig "
                         "and furuta/qube-servo2 draw by default; docs/robustness.md): "
@@ -132,8 +138,12 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
     table = file_cfg.get("randomize", {})
     if not isinstance(table, dict):
         raise UserError("randomize in a config file must be a [randomize] table")
-    randomize = with_overrides(Randomization.from_table(
-        table, default_randomization(system, preset)), getattr(args, "randomize", None) or [])
+    randomize = Randomization.from_table(table, default_randomization(system, preset))
+    if getattr(args, "plant", None):  # a fitted rig: its ranges centred on the fit
+        fitted = read_plant_file(args.plant, plant_spec(system, preset))
+        randomize = centred_on_fit(randomize, fitted.params, fitted.std, fitted.delay,
+                                   fitted.offset, fitted.std.get("offset", 0.0))
+    randomize = with_overrides(randomize, getattr(args, "randomize", None) or [])
     if out is None:
         out = Path("runs") / f"{system}-{preset}-{datetime.now():%Y%m%d-%H%M%S}"
     if not args.resume and out.exists() and any(out.iterdir()):

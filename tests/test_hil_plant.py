@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from grpo_ctrl.cli import main
+from grpo_ctrl.errors import UserError
 from grpo_ctrl.firmware_bridge import protocol as P
 from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil
 from grpo_ctrl.firmware_bridge.link import Link, await_frame, handshake
@@ -115,3 +116,31 @@ def test_bad_plant_flags_get_one_line(capsys, args, message):
     assert main(["hil", "--preset", "rig", "--duration", "0.1", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_train_plant_centres_the_randomisation_on_the_fit(tmp_path):
+    """train --plant: every drawn plant lies within max(3 std, 10%) of the
+    fit, the delay within a step of it; the draws cover the range."""
+    import argparse
+
+    from grpo_ctrl.train import add_arguments, resolve
+    fitted = tmp_path / "fitted.toml"
+    fitted.write_text("m = 0.2\nl = 0.25\nb = 0.003\nfc = 0.005\ndelay = 2\noffset = 0.03\n\n"
+                      "[std]\nm = 0.01\nl = 0.0001\noffset = 0.001\n")
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    *_, randomize = resolve(p.parse_args(["--preset", "rig", "--plant", str(fitted),
+                                          "--out", str(tmp_path / "run")]))
+    assert randomize.absolute["m"] == pytest.approx((0.17, 0.23))       # 3 std = 15%
+    assert randomize.absolute["l"] == pytest.approx((0.225, 0.275))     # the 10% floor
+    assert randomize.delay == (1, 3) and randomize.offset >= 0.033
+    sim = BatchSim("pendulum", 4000, preset="rig", randomize=randomize, seed=1)
+    sim.reset()
+    drawn = sim.plant()
+    assert 0.17 <= drawn["m"].min() < 0.175 and 0.225 < drawn["m"].max() <= 0.23
+    assert set(np.unique(drawn["delay"])) == {1, 2, 3}
+    assert np.all(drawn["g"] == 9.81)
+    with pytest.raises(UserError, match="not a parameter"):
+        bad = tmp_path / "bad.toml"
+        bad.write_text("mass = 0.2\n")
+        resolve(p.parse_args(["--preset", "rig", "--plant", str(bad)]))
