@@ -16,8 +16,8 @@ which the log records, so the fit does not depend on the load.
 from __future__ import annotations
 
 import argparse
+import io
 import math
-import os
 import sys
 import tempfile
 
@@ -40,15 +40,16 @@ def one(seed: int, duration: float, folder: str) -> tuple:
     log, out = f"{folder}/excite{seed}.csv", f"{folder}/fitted{seed}.toml"
     with serve_hil(HilConfig(system="pendulum", preset="rig", plant=truth, angle0=math.pi,
                              watchdog_ms=300)) as hil:
-        with open(os.devnull, "w") as quiet:
-            stdout, sys.stdout = sys.stdout, quiet
-            try:
-                rc = main(["excite", "--port", hil.port, "--preset", "rig", "--duration",
-                           str(duration), "--log", log])
-                rc = rc or main(["sysid", log, "--preset", "rig", "--out", out])
-            finally:
-                sys.stdout = stdout
+        quiet = io.StringIO()
+        stdout, sys.stdout = sys.stdout, quiet
+        try:
+            rc = main(["excite", "--port", hil.port, "--preset", "rig", "--duration",
+                       str(duration), "--log", log])
+            rc = rc or main(["sysid", log, "--preset", "rig", "--out", out])
+        finally:
+            sys.stdout = stdout
     if rc:
+        print(f"seed {seed} failed ({rc}): {quiet.getvalue().splitlines()[:1]}", file=sys.stderr)
         return truth, None
     return truth, read_plant_file(out, spec)
 
@@ -57,13 +58,16 @@ def run(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", default="0-9")
     p.add_argument("--duration", type=float, default=20.0)
+    p.add_argument("--keep", default=None, metavar="FOLDER",
+                   help="keep the logs and fits here (for end-to-end runs)")
     args = p.parse_args(argv)
     worst = {k: 0.0 for k in PARAMS}
-    delays_ok = 0
+    delays_ok = fitted = 0
     print("| seed | " + " | ".join(f"{k} true / fitted (err)" for k in PARAMS) +
           " | delay true / fitted | offset true / fitted (rad) |")
     print("|---" * (len(PARAMS) + 3) + "|")
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = args.keep or scratch
         all_seeds = seeds(args.seeds)
         for seed in all_seeds:
             truth, fit = one(seed, args.duration, folder)
@@ -76,10 +80,11 @@ def run(argv=None) -> int:
                 worst[k] = max(worst[k], abs(err))
                 cells.append(f"{truth.params[k]:.4g} / {fit.params[k]:.4g} ({err:+.1%})")
             delays_ok += fit.delay == truth.delay
+            fitted += 1
             print(f"| {seed} | " + " | ".join(cells) + f" | {truth.delay} / {fit.delay} | "
                   f"{truth.offset:+.4f} / {fit.offset:+.4f} |", flush=True)
-    print(f"\nworst |error|: " + ", ".join(f"{k} {v:.1%}" for k, v in worst.items()) +
-          f"; delay exact on {delays_ok} of {len(all_seeds)}")
+    print("\nworst |error|: " + ", ".join(f"{k} {v:.1%}" for k, v in worst.items()) +
+          f"; delay exact on {delays_ok} of {fitted} fitted; {len(all_seeds) - fitted} failed")
     return 0
 
 
