@@ -8,7 +8,8 @@ spans ranks, so group statistics stay where they are. One all-reduce per
 minibatch step averages the flattened gradients before clipping, so every
 rank takes the same optimiser step and holds the same weights. Batch-level
 statistics (the batch std of ``adv_scale = batch``, the observation
-normaliser's moments, the diagnostics) are reduced across ranks. Rank 0's
+normaliser's moments and the diagnostics, in one all-reduce) are reduced
+across ranks. Rank 0's
 clock sets the learning-rate schedule and decides when to stop; it is
 broadcast each iteration, so no rank waits in a collective the others never
 reach.
@@ -102,25 +103,26 @@ class Ranks:
         squares = self._sum([((x - mean) ** 2).sum()])
         return float(np.sqrt(squares[0] / (total[1] - 1)))
 
-    def update_norm(self, norm, x: torch.Tensor) -> None:
-        """Update a RunningNorm with all ranks' observations x (N, nobs)."""
+    def reduce_batch(self, norm, obs: torch.Tensor, diagnostics: dict | None = None) -> dict:
+        """Fold all ranks' observations obs (N, nobs) into the RunningNorm
+        norm, and return the diagnostics' means over the ranks: one
+        all-reduce of counts, sums and squares about the running mean (the
+        same on every rank, so the sums stay small where the data is)."""
+        diagnostics = diagnostics or {}
         if self.world == 1:
-            norm.update(x)
-            return
-        x = x.reshape(-1, norm.mean.numel()).double()
-        total = torch.cat([torch.tensor([float(x.shape[0])], dtype=torch.float64), x.sum(0)])
+            norm.update(obs)
+            return diagnostics
+        x = obs.reshape(-1, norm.mean.numel()).double()
+        d = x - norm.mean
+        total = torch.cat([torch.tensor([float(x.shape[0])], dtype=torch.float64), d.sum(0),
+                           (d * d).sum(0),
+                           torch.tensor(list(diagnostics.values()), dtype=torch.float64)])
         dist.all_reduce(total)
-        n, mean = total[0], total[1:] / total[0]
-        squares = ((x - mean) ** 2).sum(0)
-        dist.all_reduce(squares)
-        norm.merge(int(n), mean, squares / n)
-
-    def mean(self, values: dict) -> dict:
-        """Each number's mean over the ranks: one all-reduce."""
-        if self.world == 1:
-            return values
-        out = self._sum(list(values.values())) / self.world
-        return {k: float(v) for k, v in zip(values, out)}
+        k = norm.mean.numel()
+        n, shift = total[0], total[1:1 + k] / total[0]
+        var = (total[1 + k:1 + 2 * k] / n - shift * shift).clamp(min=0.0)
+        norm.merge(int(n), norm.mean + shift, var)
+        return {key: float(v) / self.world for key, v in zip(diagnostics, total[1 + 2 * k:])}
 
     def agree(self, values: list[float]) -> list[float]:
         """Rank 0's values, on every rank."""

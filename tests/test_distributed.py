@@ -72,12 +72,11 @@ def _reduce_worker(out_dir: str) -> None:
     ranks.average_gradients(policy.parameters())
     norm = RunningNorm(3)
     norm.update(torch.ones(4, 3))  # some history, the same on both ranks
-    ranks.update_norm(norm, obs)
+    mean = ranks.reduce_batch(norm, obs, {"a": float(ranks.rank), "b": 10.0})
     result = {"std": ranks.batch_std(rewards), "norm_mean": norm.mean.tolist(),
               "norm_var": norm.var.tolist(), "count": norm.count,
               "grads": [p.grad.tolist() for p in policy.parameters()],
-              "params": _policy_fingerprint(policy),
-              "mean": ranks.mean({"a": float(ranks.rank), "b": 10.0}),
+              "params": _policy_fingerprint(policy), "mean": mean,
               "agree": ranks.agree([float(ranks.rank) + 0.5])}
     with open(os.path.join(out_dir, f"rank{ranks.rank}.json"), "w") as fh:
         json.dump(result, fh)
