@@ -9,12 +9,11 @@ minibatch step averages the flattened gradients before clipping, so every
 rank takes the same optimiser step and holds the same weights. Batch-level
 statistics (the batch std of ``adv_scale = batch``, the observation
 normaliser's moments and the diagnostics, in one all-reduce) are reduced
-across ranks. Rank 0's
-clock sets the learning-rate schedule and decides when to stop; it is
-broadcast each iteration, so no rank waits in a collective the others never
-reach.
+across ranks. Rank 0's clock sets the learning-rate schedule and decides when
+to stop; it is broadcast each iteration, so no rank waits in a collective the
+others never reach.
 
-With one process no process group exists and every method below is the
+With one process no process group exists and every reduction below is the
 identity: the trainer computes exactly what it computed before, bit for bit.
 """
 from __future__ import annotations
@@ -34,11 +33,22 @@ from grpo_ctrl.grpo_config import GRPOConfig, check_config
 
 # rank r's simulators and noise are seeded with seed + r * RANK_SEED_STRIDE (rank 0: the seed)
 RANK_SEED_STRIDE = 1_000_003
-# A collective waits at most this long for the other ranks. Rank 0 alone
-# evaluates and checkpoints in between, so this must exceed the longest
-# evaluation; a rank that dies is usually noticed sooner, by the launcher or
-# by gloo's closed connection.
-COLLECTIVE_TIMEOUT = timedelta(seconds=float(os.environ.get("GRPO_CTRL_DIST_TIMEOUT", "300")))
+
+
+def collective_timeout() -> timedelta:
+    """How long a collective waits for the other ranks: GRPO_CTRL_DIST_TIMEOUT
+    seconds, 300 by default. Rank 0 alone evaluates and checkpoints in
+    between, so this must exceed the longest evaluation; a rank that dies is
+    usually noticed sooner, by the launcher or by gloo's closed connection."""
+    text = os.environ.get("GRPO_CTRL_DIST_TIMEOUT", "300")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise UserError(f"GRPO_CTRL_DIST_TIMEOUT={text!r} is not a positive number of seconds; "
+                        "unset it (300 s) or set e.g. 600")
+    return timedelta(seconds=seconds)
 
 
 class Ranks:
@@ -163,7 +173,7 @@ def run_from_env(worker, args: tuple = ()) -> None:
     """Run ``worker(*args)`` as one rank of the process group a launcher such
     as torchrun described in the environment (MASTER_ADDR, MASTER_PORT,
     RANK, WORLD_SIZE)."""
-    dist.init_process_group("gloo", init_method="env://", timeout=COLLECTIVE_TIMEOUT)
+    dist.init_process_group("gloo", init_method="env://", timeout=collective_timeout())
     try:
         worker(*args)
     finally:
@@ -175,10 +185,9 @@ class WorkerFailed(RuntimeError):
 
 
 def _run_rank(rank: int, world: int, port: int, worker, args: tuple) -> None:
-    store = dist.TCPStore("127.0.0.1", port, world + 1, is_master=False,
-                          timeout=COLLECTIVE_TIMEOUT)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
-                            timeout=COLLECTIVE_TIMEOUT)
+    timeout = collective_timeout()
+    store = dist.TCPStore("127.0.0.1", port, world + 1, is_master=False, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
     try:
         worker(*args)
     finally:
@@ -193,7 +202,7 @@ def launch(nproc: int, worker, args: tuple = ()) -> None:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback, whatever the hostname says
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)  # we say it once
     store = dist.TCPStore("127.0.0.1", 0, nproc + 1, is_master=True, wait_for_workers=False,
-                          timeout=COLLECTIVE_TIMEOUT)
+                          timeout=collective_timeout())
     try:
         mp.start_processes(_run_rank, args=(nproc, store.port, worker, args), nprocs=nproc,
                            start_method="fork")

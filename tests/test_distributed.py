@@ -162,7 +162,7 @@ def test_one_process_is_the_plain_trainer(tmp_path):
     assert _policy_fingerprint(saved) == _policy_fingerprint(plain.policy)
 
 
-def test_shares_that_do_not_divide_are_refused_before_any_work(tmp_path):
+def test_bad_shares_and_settings_are_refused_before_any_work(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="multiple of the number of processes"):
         Ranks(0, 3).local_config(GRPOConfig(num_starts=4))
     with pytest.raises(UserError, match="each rank's share: minibatches"):
@@ -172,6 +172,8 @@ def test_shares_that_do_not_divide_are_refused_before_any_work(tmp_path):
     assert cli.main(["train", "--out", str(out), "--nproc", "0", *TINY_FLAGS]) == 2
     assert cli.main(["train", "--out", str(out), "--nproc", "2", "--overlap", "true",
                      *TINY_FLAGS]) == 2
+    monkeypatch.setenv("GRPO_CTRL_DIST_TIMEOUT", "soon")
+    assert cli.main(["train", "--out", str(out), "--nproc", "2", *TINY_FLAGS]) == 2
     assert not out.exists()
 
 
