@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import threading
 import time
@@ -44,6 +45,7 @@ class HilConfig:
     velocity_limit: float | None = None  # every channel; default: the plant's (PlantSpec), 0 = none
     position_limit: float | None = None  # channel 0; default: the plant's (PlantSpec), 0 = none
     velocity_cutoff_hz: float = 20.0  # device velocity low-pass cutoff, 0 = none
+    device_gains: tuple | None = None  # link an on-device controller u = -K obs (PROTOCOL.md)
     corrupt: float = 0.0             # probability that a byte is corrupted
     drop: float = 0.0                # probability that a device frame is dropped
     latency_ms: float = 0.0          # added to every device frame
@@ -93,6 +95,12 @@ class HilServer:
         if c.position_limit is not None:
             o.pos_limit[0] = c.position_limit
         o.vel_cutoff_hz = c.velocity_cutoff_hz
+        gains = tuple(c.device_gains or ())
+        if len(gains) > len(o.controller_gain) or not all(map(math.isfinite, gains)):
+            raise UserError(f"device_gains must be at most {len(o.controller_gain)} finite "
+                            f"numbers, got {gains}")
+        o.controller_nobs = len(gains)
+        o.controller_gain[0:len(gains)] = gains
         f = o.faults
         f.corrupt_rate, f.drop_rate = c.corrupt, c.drop
         f.latency_us, f.spike_rate, f.spike_us = c.latency_ms * 1e3, c.spike_rate, c.spike_ms * 1e3
