@@ -357,8 +357,8 @@ class Trainer:
         self.eps_scale = 1.0
         ranks.broadcast_parameters(self.policy)  # the same start on every rank, whatever seeds did
         # the pool starts from resets; prime the normaliser with what they look like
-        ranks.update_norm(self.policy.obs_norm,
-                          torch.from_numpy(self.rollout.pool.observe().copy()))
+        ranks.reduce_batch(self.policy.obs_norm,
+                           torch.from_numpy(self.rollout.pool.observe().copy()))
         self.policy.refresh_norm()
         # overlap: a second process collects (started here, before the training clock)
         self._collector = None
@@ -403,13 +403,13 @@ class Trainer:
         stats = grpo_update(self.policy, self.ref, self.opt, batch, cfg, eps_low, eps_high,
                             self.gen, self.ranks.average_gradients)
         returns = batch.returns
-        stats = self.ranks.mean({  # the whole batch's diagnostics, the same on every rank
+        # the whole batch's normaliser statistics and diagnostics, the same on every rank
+        stats = self.ranks.reduce_batch(self.policy.obs_norm, batch.raw_obs, {
             "branch_return": float(returns.mean()),
             "group_reward_std": float(returns.std(axis=1, ddof=1).mean()),
             "zero_spread": zero_spread_fraction(returns), "entropy": batch.entropy, **stats})
         if cfg.trust_region == "adaptive":
             self.eps_scale = adapt_clip(self.eps_scale, stats["kl_old"], cfg.kl_target)
-        self.ranks.update_norm(self.policy.obs_norm, batch.raw_obs)
         self.policy.refresh_norm()
         self.iteration += 1
         if self.ref is not None and self.iteration % cfg.ref_refresh == 0:
