@@ -23,7 +23,8 @@ PACKAGES = {"grpo_ctrl": ROOT / "grpo_ctrl", "grpo_ctrl.export": ROOT / "export"
 LAYERS = [
     ("base", ["grpo_ctrl", "grpo_ctrl.errors", "grpo_ctrl.files", "grpo_ctrl.run_folder",
               "grpo_ctrl._cdef", "grpo_ctrl._build_sim"]),
-    ("plant", ["grpo_ctrl.plant", "grpo_ctrl._pendsim", "grpo_ctrl.randomize"]),
+    ("plant", ["grpo_ctrl.plant", "grpo_ctrl._pendsim", "grpo_ctrl.randomize",
+               "grpo_ctrl.plant_file"]),
     ("simulator", ["grpo_ctrl.sim"]),
     ("controllers and Gymnasium adapters", ["grpo_ctrl.baselines", "grpo_ctrl.policy",
                                             "grpo_ctrl.gym_env"]),
@@ -32,9 +33,9 @@ LAYERS = [
     ("training", ["grpo_ctrl.grpo_config", "grpo_ctrl.distributed", "grpo_ctrl.grpo",
                   "grpo_ctrl.overlap", "grpo_ctrl.train"]),
     ("export", ["grpo_ctrl.export"]),
-    ("serial bridge", ["grpo_ctrl.firmware_bridge"]),
+    ("serial bridge", ["grpo_ctrl.firmware_bridge", "grpo_ctrl.sysid"]),
     ("application", ["grpo_ctrl.cli", "grpo_ctrl.__main__", "grpo_ctrl.demo", "grpo_ctrl.bench_cli",
-                     "grpo_ctrl.cli_eval", "grpo_ctrl.baselines.report",
+                     "grpo_ctrl.cli_eval", "grpo_ctrl.cli_sysid", "grpo_ctrl.baselines.report",
                      "grpo_ctrl.export.cli_export", "grpo_ctrl.export.cli_inspect",
                      "grpo_ctrl.export.cli_verify"]),
 ]

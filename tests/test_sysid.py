@@ -18,7 +18,7 @@ from grpo_ctrl.sim import BatchSim  # noqa: E402
 from grpo_ctrl.sysid import identify, read_log  # noqa: E402
 
 try:
-    import tomllib
+    import tomllib  # novermin: 3.10 takes the except branch
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
