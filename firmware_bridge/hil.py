@@ -259,7 +259,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(rad, the pendulum encoder's); repeat for several")
     g.add_argument("--plant", metavar="FILE.toml",
                    help="the plant of a file (grpo-ctrl sysid --out, --reveal)")
-    g.add_argument("--mystery", type=int, default=None, metavar="SEED",
+    g.add_argument("--mystery", type=_mystery_seed, default=None, metavar="SEED",
                    help="a hidden plant: every parameter but g x U(0.7, 1.3), 0-2 steps of "
                         "delay, an encoder offset within 0.05 rad; never printed")
     g.add_argument("--reveal", metavar="FILE.toml",
@@ -288,6 +288,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="hang the line up after this long")
     g.add_argument("--both-ways", action="store_true",
                    help="corrupt the host's bytes too (raise --watchdog-ms to match)")
+
+
+def _mystery_seed(text: str) -> int:
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if seed < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {seed}")
+    return seed
 
 
 def plant_from_args(args) -> PlantValues | None:

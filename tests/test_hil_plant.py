@@ -144,3 +144,10 @@ def test_train_plant_centres_the_randomisation_on_the_fit(tmp_path):
         bad = tmp_path / "bad.toml"
         bad.write_text("mass = 0.2\n")
         resolve(p.parse_args(["--preset", "rig", "--plant", str(bad)]))
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "nan"])
+def test_mystery_seed_refused_by_the_parser(value):
+    with pytest.raises(SystemExit) as e:
+        main(["hil", "--mystery", value])
+    assert e.value.code == 2
