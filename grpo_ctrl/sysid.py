@@ -43,6 +43,8 @@ MIN_TRAVEL_QUANTA = 20   # peak-to-peak travel, in encoder steps, of a log that 
 MAX_SATURATED = 0.5      # share of rows at the actuator limit beyond which torque is unknown
 CUTOFF_HZ = 8.0          # Butterworth cutoff of the derivative filter
 HELD_OUT = 0.25          # last share of each log kept for validation
+MIN_PIECE_S = 1.5        # shortest stretch between lost frames that is used
+GAP_KINDS = ("lost", "seq_jump", "malformed", "failed")  # rows that mean a missing state
 WINDOW_S = 1.0           # simulation-error windows
 CORRELATION_WARN = 0.95  # |correlation| of two estimates above which they are not separable
 CONDITION_WARN = 1e3     # condition number of the (column-scaled) regressor
@@ -53,11 +55,12 @@ class Log:
     """One log's state rows: time (s), the pendulum's angle reading (rad,
     unwrapped; from the observation the host built, which scaled the
     encoder counts by the device's INFO) and the actuator value applied
-    from each row on."""
+    from each row on; ``breaks``: the rows that follow lost frames."""
     name: str
     t: np.ndarray
     angle: np.ndarray
     u: np.ndarray
+    breaks: tuple = ()
 
     @property
     def dt(self) -> float:
@@ -111,14 +114,19 @@ def read_log(path, spec: PlantSpec) -> Log:
     except (ValueError, KeyError, UnicodeDecodeError) as e:
         raise UserError(f"log {str(path)!r} is not a telemetry CSV/JSONL file ({e}); give a "
                         "file written by `grpo-ctrl run --log`") from None
-    states = [r for r in rows if r.get("kind") == "state"]
+    states, breaks, gap = [], [], False
+    for r in rows:  # a state row after lost frames starts a new contiguous piece
+        usable = r.get("kind") == "state" and all(r.get(c) is not None for c in REQUIRED_COLUMNS)
+        if usable:
+            if gap and states:
+                breaks.append(len(states))
+            states.append(r)
+        gap = (gap or r.get("kind") in GAP_KINDS or r.get("kind") == "state") and not usable
     columns = set(states[0]) if states else set(rows[0]) if rows else set()
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise UserError(f"log {str(path)!r} lacks the column(s) {missing}; sysid needs "
                         f"{list(REQUIRED_COLUMNS)} as `grpo-ctrl run --log` writes them")
-    states = [r for r in states if r["dev_t_us"] is not None and r["pos"] is not None
-              and r["obs"] is not None and r["actuator"] is not None]
     if len(states) < 2:
         raise UserError(f"log {str(path)!r} is too short: {len(states)} state rows; record "
                         f"at least {MIN_SECONDS:g} s (`grpo-ctrl excite --duration 20`)")
@@ -136,11 +144,11 @@ def read_log(path, spec: PlantSpec) -> Log:
     u = np.array([r["actuator"] for r in states], float)
     if not (np.all(np.isfinite(t)) and np.all(np.isfinite(obs)) and np.all(np.isfinite(u))):
         raise UserError(f"log {str(path)!r} holds non-finite values; record it again")
-    order = np.argsort(t, kind="stable")
-    keep = np.concatenate([[True], np.diff(t[order]) > 0])
-    t, obs, u = t[order][keep], obs[order][keep], u[order][keep]
+    if np.any(np.diff(t) <= 0):
+        raise UserError(f"log {str(path)!r}: the device time goes backwards; is it two logs "
+                        "in one file? Give them as separate LOG arguments")
     i = spec.pole_obs
-    log = Log(path.name, t, np.unwrap(np.arctan2(obs[:, i + 1], obs[:, i])), u)
+    log = Log(path.name, t, np.unwrap(np.arctan2(obs[:, i + 1], obs[:, i])), u, tuple(breaks))
     check_log(log, spec)
     return log
 
@@ -195,19 +203,25 @@ class _Segment:
 
 
 def _segments(logs: list[Log], spec: PlantSpec) -> tuple[list[_Segment], list[_Segment]]:
-    """Each log split into its fitting part and its held-out last quarter."""
+    """Each log's contiguous pieces (split where frames were lost), cut into
+    the fitting part and the held-out last quarter."""
     fit, held = [], []
     for log in logs:
-        y = log.angle
-        dt = log.dt
-        n_fit = int(len(y) * (1 - HELD_OUT))
-        for lo, hi, out in ((0, n_fit, fit), (n_fit, len(y), held)):
-            raw, u = y[lo:hi], log.u[lo:hi]
-            f = _filter(dt)
-            yf = f(raw)
-            yd = np.gradient(yf, dt)
-            ydd = np.gradient(yd, dt)
-            out.append(_Segment(yf, yd, ydd, u, raw, dt))
+        dt, n = log.dt, len(log.angle)
+        n_fit = int(n * (1 - HELD_OUT))
+        f = _filter(dt)
+        edges = [0, *log.breaks, n]
+        for a, b in zip(edges[:-1], edges[1:]):
+            for lo, hi, out in ((a, min(b, n_fit), fit), (max(a, n_fit), b, held)):
+                if (hi - lo) * dt < MIN_PIECE_S:
+                    continue
+                raw, u = log.angle[lo:hi], log.u[lo:hi]
+                yf = f(raw)
+                yd = np.gradient(yf, dt)
+                out.append(_Segment(yf, yd, np.gradient(yd, dt), u, raw, dt))
+    if not fit or not held:
+        raise UserError("the logs hold no stretch of 1.5 s without lost frames in their first "
+                        "three quarters and in their last; record again on a steadier link")
     return fit, held
 
 

@@ -33,7 +33,8 @@ def multisine(n: int, dt: float, amplitude: float, seed: int) -> np.ndarray:
 
 
 def write_log(path, plant: dict, seconds: float = 20.0, seed: int = 0, command=None,
-              channels: int = 1, noise: float = 0.001, angle0: float = math.pi):
+              channels: int = 1, noise: float = 0.001, angle0: float = math.pi,
+              lose=()):
     """A telemetry CSV like `run`'s: a row per control tick with the encoder
     counts, the observation built from them (offset, noise, 2048-count
     quantisation) and the command applied from that tick on. ``command(k, obs)`` chooses it (default: a multisine
@@ -52,9 +53,12 @@ def write_log(path, plant: dict, seconds: float = 20.0, seed: int = 0, command=N
     for k in range(n):
         u = float(command(k, obs))
         counts = round(float(np.arctan2(obs[0, 1], obs[0, 0])) * 2048 / (2 * math.pi))
-        telemetry.write({"kind": "state", "dev_seq": k, "dev_t_us": int(round(k * dt * 1e6)),
-                         "mode": 2, "actuator": u, "pos": [counts] * channels,
-                         "vel": [0] * channels, "obs": [float(x) for x in obs[0]]})
+        if k in lose:  # the frame never arrived: the loop writes a lost row
+            telemetry.write({"kind": "lost", "dev_seq": k, "count": 1})
+        else:
+            telemetry.write({"kind": "state", "dev_seq": k, "dev_t_us": int(round(k * dt * 1e6)),
+                             "mode": 2, "actuator": u, "pos": [counts] * channels,
+                             "vel": [0] * channels, "obs": [float(x) for x in obs[0]]})
         obs = sim.step(np.array([u], np.float32))[0].copy()
     telemetry.close()
     return path
@@ -81,6 +85,20 @@ def test_fit_recovers_parameters_delay_and_offset(tmp_path, plant, delay):
     # the fitted plant predicts the held-out data to about the encoder's resolution
     assert fit.sim_error < 3 * 2 * math.pi / 2048
     assert not fit.warnings
+
+
+def test_lost_frames_split_the_log_instead_of_shifting_it(tmp_path):
+    """Frames lost mid-log: the pieces either side are fitted apart (joined,
+    every sample after the gap would sit a step early)."""
+    plant = {"m": 0.18, "l": 0.26, "b": 0.003, "fc": 0.005, "delay": 1}
+    lose = {700, 701, 702, 1900, 3200}
+    path = write_log(tmp_path / "log.csv", plant, lose=lose)
+    log = read_log(path, SPEC)
+    assert len(log.breaks) == 3 and len(log.angle) == 4000 - len(lose)
+    fit, _, _ = identify([log], SPEC)
+    for name in ("m", "l", "b", "fc"):
+        assert fit.params[name] == pytest.approx(plant[name], rel=0.05), name
+    assert fit.delay == 1
 
 
 def test_least_squares_alone_picks_the_delay(tmp_path):
