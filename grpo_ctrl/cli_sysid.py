@@ -16,7 +16,8 @@ def _delay_steps(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of steps, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of steps, got {text!r}") from None
     if not 0 <= value <= MAX_DELAY:
         raise argparse.ArgumentTypeError(f"must lie in [0, {MAX_DELAY}] steps, got {value}")
     return value

@@ -103,8 +103,8 @@ def read_plant_file(path, spec: PlantSpec) -> PlantValues:
     where = f"plant file {str(path)!r}"
     values = _check(PlantValues(dict(data), delay, offset), spec, where)
     values.std = {k: float(v) for k, v in std.items()
-                  if (k in spec.param_names or k == "offset") and isinstance(v, (int, float)) and math.isfinite(v)
-                  and v >= 0}
+                  if (k in spec.param_names or k == "offset")
+                  and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0}
     return values
 
 

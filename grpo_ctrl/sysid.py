@@ -35,11 +35,12 @@ import numpy as np
 
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.plant import PlantSpec, init_model
+from grpo_ctrl.plant_file import PlantValues, nominal_params
 from grpo_ctrl.sim import MAX_DELAY, BatchSim
 
 REQUIRED_COLUMNS = ("kind", "dev_t_us", "pos", "obs", "actuator")
 MIN_SECONDS = 5.0        # of log, before the held-out quarter is taken
-MIN_TRAVEL_QUANTA = 20   # peak-to-peak travel, in encoder steps, of a log that moved
+MIN_TRAVEL = 0.03        # rad of peak-to-peak travel of a log that moved (20 fine encoder steps)
 MAX_SATURATED = 0.5      # share of rows at the actuator limit beyond which torque is unknown
 CUTOFF_HZ = 8.0          # Butterworth cutoff of the derivative filter
 HELD_OUT = 0.25          # last share of each log kept for validation
@@ -88,14 +89,13 @@ class Fit:
     def table(self) -> dict:
         """The TOML of ``--out``: the parameters, delay and offset at the top
         (``--reveal``'s format), standard errors and fit quality below."""
-        top = {k: float(v) for k, v in self.params.items()}
-        top.update(delay=int(self.delay), offset=float(self.offset))
-        return {**top, "std": {k: float(v) for k, v in self.std.items()},
-                "fit": {"system": self.system, "preset": self.preset,
+        table = PlantValues(self.params, self.delay, self.offset, self.std).table()
+        table["fit"] = {"system": self.system, "preset": self.preset,
                         "ls_residual": float(self.ls_residual),
                         "sim_error_held_out": float(self.sim_error),
                         "sim_error_held_out_ls": float(self.sim_error_ls),
-                        "condition": float(self.condition), "warnings": list(self.warnings)}}
+                        "condition": float(self.condition), "warnings": list(self.warnings)}
+        return table
 
 
 # ---------------------------------------------------------------------- logs
@@ -169,9 +169,8 @@ def check_log(log: Log, spec: PlantSpec) -> None:
         raise UserError(f"{where} is saturated: the command sits at the actuator limit in "
                         f"{saturated:.0%} of rows, where the torque is unknown; record an "
                         "excitation within the limits (`grpo-ctrl excite`)")
-    quantum = 2 * math.pi / 4096
     travel = np.ptp(log.angle)
-    if travel < max(MIN_TRAVEL_QUANTA * quantum, 0.02):
+    if travel < MIN_TRAVEL:
         raise UserError(f"{where} never moves: the pendulum travels {travel:.3g} rad in all; "
                         "excite it (`grpo-ctrl excite`) or check that the device was armed")
 
@@ -180,8 +179,8 @@ def check_log(log: Log, spec: PlantSpec) -> None:
 def _filter(dt: float):
     from scipy.signal import butter, filtfilt
     b, a = butter(4, min(CUTOFF_HZ * 2 * dt, 0.9))
-    return lambda x: filtfilt(b, a, x, padtype="odd", padlen=min(3 * max(len(a), len(b)) * 10,
-                                                                 len(x) - 1))
+    pad = int(0.75 / dt)  # well past the filter's settling, so the ends are not distorted
+    return lambda x: filtfilt(b, a, x, padtype="odd", padlen=min(pad, len(x) - 1))
 
 
 def _delayed(u: np.ndarray, d: int) -> np.ndarray:
@@ -317,7 +316,8 @@ class SimScorer:
             self._sims[B] = BatchSim(self.spec.system, B, preset=self.spec.preset,
                                      hold_plant=True, dt=self.dt,
                                      substeps=max(1, math.ceil(self.dt / h - 1e-9)),
-                                     noise_std=[0.0] * self.spec.nx, enc_counts=[0.0] * self.spec.nx,
+                                     noise_std=[0.0] * self.spec.nx,
+                                     enc_counts=[0.0] * self.spec.nx,
                                      v_max=0.0, max_steps=0)
         return self._sims[B]
 
@@ -394,15 +394,15 @@ def refine(scorer: SimScorer, phys0: np.ndarray, delay0: int, iterations: int = 
 
 
 # ---------------------------------------------------------------------- the whole fit
-def identify(logs: list[Log], spec: PlantSpec, max_delay: int = 4, refine_fit: bool = True) -> tuple[Fit, SimScorer, np.ndarray]:
+def identify(logs: list[Log], spec: PlantSpec, max_delay: int = 4,
+             refine_fit: bool = True) -> tuple[Fit, "SimScorer", np.ndarray]:
     """Least squares, then simulation-error refinement, on the fitting part
     of ``logs``; scored on the held-out part. Returns the fit, the held-out
     scorer and the nominal plant's (m, l, b, fc, offset) for comparison."""
     if spec.system != "pendulum":
         raise UserError(f"sysid fits the pendulum so far; {spec.system} is not supported yet")
-    model, _ = init_model(spec.system, spec.preset)
-    nominal = {name: float(model.param[k]) for k, name in enumerate(spec.param_names)}
-    g, vc = nominal["g"], float(model.coulomb_vc)
+    nominal = nominal_params(spec)
+    g, vc = nominal["g"], float(init_model(spec.system, spec.preset)[0].coulomb_vc)
     dts = [log.dt for log in logs]
     if max(dts) > 1.05 * min(dts):
         raise UserError(f"the logs were recorded at different rates ({sorted(set(dts))} s): "

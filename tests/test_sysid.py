@@ -37,8 +37,9 @@ def write_log(path, plant: dict, seconds: float = 20.0, seed: int = 0, command=N
               lose=()):
     """A telemetry CSV like `run`'s: a row per control tick with the encoder
     counts, the observation built from them (offset, noise, 2048-count
-    quantisation) and the command applied from that tick on. ``command(k, obs)`` chooses it (default: a multisine
-    of 0.6 u_max from hanging)."""
+    quantisation) and the command applied from that tick on.
+    ``command(k, obs)`` chooses it (default: a multisine of 0.6 u_max from
+    hanging); the ticks in ``lose`` never arrive (a ``lost`` row)."""
     sim = BatchSim("pendulum", 1, preset="rig", hold_plant=True, noise_std=[noise, 0.0],
                    seed=seed)
     sim.set_plant(plant)
