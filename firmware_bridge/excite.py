@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from grpo_ctrl.errors import UserError
+from grpo_ctrl.firmware_bridge.hil import seed_type
 
 TONES = np.linspace(0.2, 4.0, 15)  # Hz
 AMPLITUDES = (1 / 3, 2 / 3)         # of u_max: around hanging, then small swings
@@ -83,7 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", default=None, help="PNG plot (default: next to the log)")
     p.add_argument("--max-swing", type=_swing, default=1.0, metavar="RAD",
                    help="brake beyond this angle from hanging (default 1.0)")
-    p.add_argument("--seed", type=int, default=0, help="phases of the multisine")
+    p.add_argument("--seed", type=seed_type, default=0, help="phases of the multisine")
     p.add_argument("--baud", type=int, default=1_000_000, help="baud rate for a UART")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 

@@ -259,7 +259,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(rad, the pendulum encoder's); repeat for several")
     g.add_argument("--plant", metavar="FILE.toml",
                    help="the plant of a file (grpo-ctrl sysid --out, --reveal)")
-    g.add_argument("--mystery", type=_mystery_seed, default=None, metavar="SEED",
+    g.add_argument("--mystery", type=seed_type, default=None, metavar="SEED",
                    help="a hidden plant: every parameter but g x U(0.7, 1.3), 0-2 steps of "
                         "delay, an encoder offset within 0.05 rad; never printed")
     g.add_argument("--reveal", metavar="FILE.toml",
@@ -290,7 +290,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="corrupt the host's bytes too (raise --watchdog-ms to match)")
 
 
-def _mystery_seed(text: str) -> int:
+def seed_type(text: str) -> int:
+    """argparse type of a seed: a whole number >= 0."""
     try:
         seed = int(text)
     except ValueError:
