@@ -77,7 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", required=True,
                    help="serial device path or pyserial URL (as for `grpo-ctrl run`)")
     p.add_argument("--system", default="pendulum", help="the plant on the port (checked)")
-    p.add_argument("--preset", default=None, help="its preset (checked against the device)")
+    p.add_argument("--preset", default=None,
+                   help="its preset, checked against the device's (default: the device's)")
     p.add_argument("--duration", type=_seconds, default=20.0, metavar="S",
                    help="length of the experiment (default 20; sysid needs >= 5)")
     p.add_argument("--log", required=True, help="telemetry file, .csv or .jsonl, for sysid")
@@ -122,9 +123,10 @@ def run(args) -> int:
         raise UserError(str(e)) from None
 
     def make_policy(info, features):
-        if features.system != spec.system or info.preset != spec.preset:
+        if features.system != spec.system or args.preset not in (None, info.preset):
             raise UserError(f"the device on {args.port} is {features.system}/{info.preset}, not "
-                            f"{spec.system}/{spec.preset}: check --port, --system and --preset")
+                            f"{spec.system}/{args.preset or 'any'}: check --port, --system and "
+                            "--preset")
         return Excitation(info, features, args.duration, args.seed, args.max_swing)
 
     summary = run_loop(args.port, None, args.duration, args.log, args.plot, baudrate=args.baud,
