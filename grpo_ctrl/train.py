@@ -13,6 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import signal
+import sys
 import time
 import tomllib
 from dataclasses import asdict, fields
@@ -23,6 +26,7 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write, save_figure
 from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import CHOICES, GRPOConfig, check_config, default_config
+from grpo_ctrl.option_types import number
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
 from grpo_ctrl.sim import presets, systems, default_preset
 
@@ -41,12 +45,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("GRPO hyperparameters (override the config file)")
     for f in fields(GRPOConfig):
         flag = "--" + f.name.replace("_", "-")
-        kind = {"int": int, "float": float, "str": str, "bool": _boolean}[
-            f.type if isinstance(f.type, str) else f.type.__name__]
+        m = f.metadata
+        kind = {"int": int, "float": float, "str": str, "bool": _boolean}[f.type]
         metavar = ("|".join(CHOICES[f.name]) if f.name in CHOICES else
                    "true|false" if kind is _boolean else kind.__name__.upper())
-        g.add_argument(flag, dest=f.name, type=kind, default=None, metavar=metavar,
-                       help=f.metadata["doc"].replace("%", "%%"))
+        parse = number(kind, m["low"], m["high"], m["above"]) if kind in (int, float) else kind
+        g.add_argument(flag, dest=f.name, type=parse, default=None, metavar=metavar,
+                       choices=m["choices"], help=m["doc"].replace("%", "%%"))
 
 
 def _boolean(text: str) -> bool:
@@ -111,29 +116,41 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path]:
         if value is None and f.name in file_cfg:
             value = file_cfg[f.name]
         if value is not None:
-            want = type(getattr(cfg, f.name))
-            if want is float and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
-            if not isinstance(value, want) or (isinstance(value, bool) and want is not bool):
-                raise UserError(f"{f.name} must be a {want.__name__}, got {value!r}")
+            if f.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)  # TOML's 30 for 30.0
             setattr(cfg, f.name, value)
     check_config(cfg)
     if out is None:
         out = Path("runs") / f"{system}-{preset}-{datetime.now():%Y%m%d-%H%M%S}"
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {str(out)!r} is a file, not a run folder; choose another --out")
     if not args.resume and out.exists() and any(out.iterdir()):
         raise UserError(f"run folder {str(out)!r} already exists and is not empty; choose "
                         "another --out, or add --resume to continue it")
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"cannot create the run folder {str(out)!r}: {str(existing)!r} is not a "
+                        "writable folder; choose another --out")
     return system, preset, cfg, out
 
 
 class RunFolder:
-    """The files of one run: config, metrics, checkpoints, curve."""
+    """The files of one run: config, metrics, checkpoints, curve.
 
-    def __init__(self, out: Path, system: str, preset: str, cfg: GRPOConfig, resume: bool):
+    ``resume_at``: the iteration of the checkpoint a resumed run continues
+    from; metrics rows after it (written before a crash, or cut short) are
+    dropped, so that no iteration appears twice."""
+
+    def __init__(self, out: Path, system: str, preset: str, cfg: GRPOConfig,
+                 resume_at: int | None = None):
         self.out = out
         out.mkdir(parents=True, exist_ok=True)
         write_toml(out / "config.toml", {"system": system, "preset": preset, **asdict(cfg)})
-        self.metrics = open(out / "metrics.jsonl", "a" if resume else "w")
+        path = out / "metrics.jsonl"
+        if resume_at is not None:
+            kept = [row for row in read_metrics(path) if row.get("iteration", 0) <= resume_at]
+            atomic_write(path, "".join(json.dumps(row) + "\n" for row in kept))
+        self.metrics = open(path, "a" if resume_at is not None else "w")
 
     def log(self, row: dict) -> None:
         self.metrics.write(json.dumps(row) + "\n")
@@ -148,12 +165,29 @@ class RunFolder:
         self.metrics.close()
 
 
+def read_metrics(path: Path) -> list[dict]:
+    """The whole rows of a metrics.jsonl: a line without its newline (cut
+    short by a crash or SIGKILL) or that is not JSON is left out."""
+    if not path.is_file():
+        return []
+    rows = []
+    with open(path) as fh:
+        for line in fh:
+            try:
+                row = json.loads(line) if line.endswith("\n") else None
+            except json.JSONDecodeError:
+                row = None
+            if isinstance(row, dict):
+                rows.append(row)
+    return rows
+
+
 def plot_curve(metrics_path: Path, png: Path) -> None:
     """Training curve: evaluation and branch returns, KL, clip and entropy vs wall time."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = [json.loads(line) for line in open(metrics_path) if line.strip()]
+    rows = read_metrics(metrics_path)
     if not rows:
         return
     t = [r["wall_time"] for r in rows]
@@ -181,18 +215,20 @@ def plot_curve(metrics_path: Path, png: Path) -> None:
 
 
 def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: bool = False,
-          progress: bool = True, on_iteration=None) -> dict:
-    """Train until the time budget or iteration limit; returns a summary.
+          progress: bool = True, on_iteration=None, stop=None) -> dict:
+    """Train until the time budget or iteration limit, or until ``stop()``
+    (checked between iterations) is true; returns a summary.
     ``on_iteration(trainer, row)`` is called after every iteration (the
     benchmark snapshots the policy there); its time is not training time."""
     from tqdm import tqdm
     trainer = Trainer(cfg, system, preset)
-    folder = RunFolder(out, system, preset, cfg, resume) if out is not None else None
     wall, best, evals_done = 0.0, -math.inf, 0
     if resume:
         ck = read_checkpoint(out / "latest.pt")
         trainer.load_state(GaussianPolicy.from_checkpoint(ck), ck["trainer"])
         wall, best = float(ck.get("wall_time", 0.0)), float(ck.get("best_return", -math.inf))
+    folder = (RunFolder(out, system, preset, cfg, trainer.iteration if resume else None)
+              if out is not None else None)
     start_wall, next_eval = wall, wall
     budget = cfg.time_budget if cfg.time_budget > 0 else math.inf
     bar = tqdm(total=None if math.isinf(budget) else round(budget, 1), unit="s",
@@ -201,7 +237,8 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
     last_eval = None
     try:
         while wall - start_wall < budget and (cfg.iterations == 0 or
-                                              trainer.iteration < cfg.iterations):
+                                              trainer.iteration < cfg.iterations) and not (
+                stop is not None and stop()):
             t0 = time.perf_counter()
             trainer.set_progress(max((wall - start_wall) / budget,
                                      trainer.iteration / cfg.iterations if cfg.iterations else 0.0))
@@ -258,8 +295,39 @@ def run(args) -> int:
     print(f"training {system}/{preset} into {out} for "
           f"{cfg.time_budget:g} s" + (f" or {cfg.iterations} iterations" if cfg.iterations else "")
           + ("; rollouts on the second core (--overlap false: one core)" if cfg.overlap else ""))
-    summary = train(system, preset, cfg, out, resume=args.resume, progress=not args.quiet)
+    with StopSignals() as signals:
+        summary = train(system, preset, cfg, out, resume=args.resume, progress=not args.quiet,
+                        stop=lambda: signals.received is not None)
     print(f"done: {summary['iterations']} iterations in {summary['wall_time']:.1f} s; best "
           f"evaluation return {summary['best_return']:.1f} ({cfg.eval_episodes} episodes); "
           f"run folder {out} (evaluate with `grpo-ctrl eval {out}`)")
-    return 0
+    if signals.received is None:
+        return 0
+    name = signal.Signals(signals.received).name
+    print(f"grpo-ctrl train: stopped by {name}; checkpoint and metrics saved; continue with "
+          f"`grpo-ctrl train --resume --out {out}`", file=sys.stderr)
+    return 128 + signals.received
+
+
+class StopSignals:
+    """Ctrl-C, SIGTERM (timeout, systemd, docker) and SIGHUP (terminal closed)
+    ask training to stop after the iteration in progress, so that the last
+    checkpoint, the metrics and the collector process end consistently; a
+    second signal interrupts at once."""
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.received: int | None = None
+
+    def __enter__(self) -> "StopSignals":
+        self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)

@@ -265,3 +265,65 @@ def test_every_hyperparameter_documents_itself():
         assert f.metadata.get("doc"), f.name
     assert set(CHOICES) == {"continuation", "reward_form", "adv_scale", "loss_agg",
                             "trust_region", "activation"}
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_stops_training_cleanly_and_resume_repeats_no_iteration(sig, tmp_path, capsys):
+    """SIGTERM (timeout, systemd) and SIGHUP (terminal closed), sent to the
+    whole process group as `timeout` and a terminal do, end `train` like
+    Ctrl-C: the collector stops, the checkpoint matches the metrics, and a
+    resume after a crash-cut metrics line continues without repeating one."""
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "grpo_ctrl.cli", "train", "--out", str(out), "--quiet",
+            "--overlap", "true", "--num-starts", "8", "--group-size", "4", "--horizon", "16",
+            "--loss-steps", "8", "--eval-every", "0.2", "--eval-episodes", "8",
+            "--time-budget", "600"]
+    train = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    from grpo_ctrl.train import read_metrics
+    deadline = time.monotonic() + 120
+    while len(read_metrics(out / "metrics.jsonl")) < 5:
+        assert train.poll() is None and time.monotonic() < deadline, train.communicate()
+        time.sleep(0.1)
+    children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent_of(int(p)) == train.pid]
+    assert children, "no collector process: is overlap on?"
+    os.killpg(train.pid, sig)
+    _, err = train.communicate(timeout=120)
+    assert train.returncode == 128 + sig, err
+    assert err.strip().count("\n") == 0 and f"stopped by {signal.Signals(sig).name}" in err, err
+    deadline = time.monotonic() + 10
+    while _group_alive(train.pid):  # the collector, had it been left behind
+        assert time.monotonic() < deadline, f"processes left in the group: {children}"
+        time.sleep(0.05)
+    for name in ("config.toml", "metrics.jsonl", "curve.png", "latest.pt", "best.pt"):
+        assert (out / name).is_file(), name
+    rows = read_metrics(out / "metrics.jsonl")
+    stopped_at = torch.load(out / "latest.pt", weights_only=True)["trainer"]["iteration"]
+    assert [r["iteration"] for r in rows] == list(range(1, stopped_at + 1))
+
+    # what a SIGKILL mid-write leaves: a row past the checkpoint, then a cut-short line
+    with open(out / "metrics.jsonl", "a") as fh:
+        fh.write(json.dumps({**rows[-1], "iteration": stopped_at + 1}) + "\n")
+        fh.write('{"iteration": ' + str(stopped_at + 2) + ', "wall_ti')
+    (out / "curve.png").unlink()
+    assert cli.main(["train", "--out", str(out), "--resume", "--iterations",
+                     str(stopped_at + 3), "--quiet"]) == 0
+    iterations = [r["iteration"] for r in read_metrics(out / "metrics.jsonl")]
+    assert iterations == list(range(1, stopped_at + 4))
+    assert (out / "curve.png").is_file()
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
