@@ -33,6 +33,7 @@ import numpy as np
 from grpo_ctrl.firmware_bridge import protocol as P
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import save_figure
+from grpo_ctrl.option_types import positive_int, positive_seconds
 
 LATENCY_UNKNOWN = 0xFFFFFFFF
 KEEPALIVE_AFTER = 1.5   # periods without a STATE before the host re-sends its command
@@ -663,11 +664,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="serial device path (/dev/ttyACM0, the path `grpo-ctrl hil` prints) or a "
                         "pyserial URL (socket://host:port, rfc2217://...)")
     p.add_argument("--policy", required=True, help="exported ONNX controller (grpo-ctrl export)")
-    p.add_argument("--duration", type=float, default=10.0, metavar="S", help="run this long")
+    p.add_argument("--duration", type=positive_seconds, default=10.0, metavar="S",
+                   help="run this long")
     p.add_argument("--log", default=None,
                    help="telemetry file, .csv or .jsonl (default: runs/serial/<time>.csv)")
     p.add_argument("--plot", default=None, help="PNG plot (default: next to the log)")
-    p.add_argument("--baud", type=int, default=1_000_000,
+    p.add_argument("--baud", type=positive_int(100_000_000), default=1_000_000,
                    help="baud rate for a UART (ignored by USB CDC and pseudo-terminals)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from grpo_ctrl.errors import UserError
+from grpo_ctrl.option_types import positive_seconds, seed
 
 DEFAULT_SYSTEM, DEFAULT_PRESET = "pendulum", "gym"
 
@@ -24,13 +25,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip training: use the swing-up-plus-LQR baseline")
     p.add_argument("--system", default=DEFAULT_SYSTEM, help="plant (default: %(default)s)")
     p.add_argument("--preset", default=DEFAULT_PRESET, help="preset (default: %(default)s)")
-    p.add_argument("--budget", type=float, default=15.0,
+    p.add_argument("--budget", type=positive_seconds, default=15.0,
                    help="training time budget in seconds (default: %(default)s)")
-    p.add_argument("--duration", type=float, default=8.0,
+    p.add_argument("--duration", type=positive_seconds, default=8.0,
                    help="seconds of closed-loop control on the HIL pendulum (default: %(default)s)")
     p.add_argument("--out", default=None,
                    help="output folder (default: runs/demo-<system>-<preset>-<time>)")
-    p.add_argument("--seed", type=int, default=0, help="training seed (default: %(default)s)")
+    p.add_argument("--seed", type=seed, default=0, help="training seed (default: %(default)s)")
 
 
 def _controller(args, out: Path):
@@ -56,8 +57,8 @@ def run(args) -> int:
     from grpo_ctrl.firmware_bridge.hil import serve_hil
     from grpo_ctrl.firmware_bridge.host import format_summary, run_loop
 
-    if not args.budget > 0 or not args.duration > 0:
-        raise UserError("--budget and --duration must be positive numbers of seconds")
+    from grpo_ctrl.sim import check_plant
+    check_plant(args.system, args.preset)
     out = Path(args.out or f"runs/demo-{args.system}-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ import numpy as np
 
 from grpo_ctrl.controller import BASELINES, load_controller
 from grpo_ctrl.errors import UserError
+from grpo_ctrl.option_types import MAX_EPISODES, positive_int, seed
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,8 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="evaluate a baseline instead of a run (needs --system)")
     p.add_argument("--system", help="plant of the baseline: pendulum, cartpole or furuta")
     p.add_argument("--preset", help="preset of the baseline's plant")
-    p.add_argument("--episodes", type=int, default=100, help="episodes (default 100)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the start states (default 0)")
+    p.add_argument("--episodes", type=positive_int(MAX_EPISODES), default=100,
+                   help="episodes (default 100)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the start states (default 0)")
     p.add_argument("--gym", action="store_true",
                    help="evaluate on Gymnasium's Pendulum-v1 (pendulum/gym controllers only)")
 
@@ -69,8 +71,6 @@ def resolve_controller(args):
 
 
 def run(args) -> int:
-    if args.episodes < 1:
-        raise UserError(f"--episodes must be positive, got {args.episodes}")
     controller = resolve_controller(args)
     spec = controller.spec
     where = "Gymnasium Pendulum-v1" if args.gym else f"C simulator {spec.system}/{spec.preset}"

@@ -16,6 +16,8 @@ from pathlib import Path
 MAX_SEED = 2**63 - 1
 # seconds: beyond this (four months) a duration is a typo, not a plan
 MAX_SECONDS = 1e7
+# episodes scored in one batch: a million fit in a few hundred MB
+MAX_EPISODES = 10**6
 
 
 def in_range(value, low=None, high=None, above=None) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_ctrl._pendsim import ffi, lib
+from grpo_ctrl.errors import UserError
 
 MAX_DELAY = lib.PS_MAX_DELAY
 INTEGRATORS = {"euler": lib.PS_EULER, "semi_euler": lib.PS_SEMI_EULER, "rk4": lib.PS_RK4}
@@ -51,6 +52,19 @@ def presets(system: str) -> list[str]:
 
 def default_preset(system: str) -> str:
     return presets(system)[0]
+
+
+def check_plant(system: str, preset: str | None = None) -> tuple[str, str]:
+    """``(system, preset)``, the system's first preset for None; ``UserError``
+    naming the choices when either is unknown."""
+    if system not in systems():
+        raise UserError(f"unknown system {system!r}; choose one of {', '.join(systems())}")
+    if preset is None:
+        return system, default_preset(system)
+    if preset not in presets(system):
+        raise UserError(f"unknown preset {preset!r} for {system}; choose one of "
+                        f"{', '.join(presets(system))}")
+    return system, preset
 
 
 def _system_id(system: str) -> int:

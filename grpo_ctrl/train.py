@@ -28,7 +28,7 @@ from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import CHOICES, GRPOConfig, check_config, default_config
 from grpo_ctrl.option_types import number
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
-from grpo_ctrl.sim import presets, systems, default_preset
+from grpo_ctrl.sim import check_plant
 
 RUN_KEYS = ("system", "preset")  # what config.toml holds besides the GRPOConfig fields
 
@@ -104,12 +104,8 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path]:
         file_cfg = read_toml(str(out / "config.toml"))
     if args.config:
         file_cfg.update(read_toml(args.config))
-    system = args.system or file_cfg.get("system") or "pendulum"
-    if system not in systems():
-        raise UserError(f"unknown system {system!r}; choose one of {systems()}")
-    preset = args.preset or file_cfg.get("preset") or default_preset(system)
-    if preset not in presets(system):
-        raise UserError(f"unknown preset {preset!r} for {system}; choose one of {presets(system)}")
+    system, preset = check_plant(args.system or file_cfg.get("system") or "pendulum",
+                                 args.preset or file_cfg.get("preset"))
     cfg = default_config(system, preset)
     for f in fields(GRPOConfig):
         value = getattr(args, f.name, None)

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 from grpo_ctrl.controller import BASELINES
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.sim import presets, systems
+from grpo_ctrl.sim import check_plant
 
 
 def make_controller(name: str, system: str, preset: str | None = None):
     """The baseline ``name`` ("lqr" or "swingup-lqr") for a plant preset."""
-    if system not in systems():
-        raise UserError(f"unknown system {system!r}; choose one of {', '.join(systems())}")
-    if preset is not None and preset not in presets(system):
-        raise UserError(f"unknown preset {preset!r} for {system}; choose one of "
-                        f"{', '.join(presets(system))}")
+    check_plant(system, preset)
     if name == "lqr":
         from grpo_ctrl.baselines.lqr import make_lqr
         return make_lqr(system, preset)
