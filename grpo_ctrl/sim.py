@@ -133,6 +133,9 @@ class BatchSim:
                  seed: int = 0, autoreset: bool = False, **model):
         sid = _system_id(system)
         preset = default_preset(system) if preset is None else preset
+        if not isinstance(preset, str):
+            raise ValueError(f"preset must be a preset's name, one of {presets(system)}, got "
+                             f"{preset!r}")
         if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         self._model = ffi.new("ps_model *")
@@ -354,6 +357,9 @@ class BatchSim:
                     raise ValueError(f"state[{key!r}] must be finite numbers")
             elif v.dtype.kind not in "iu" or (v.size and v.min() < 0):
                 raise ValueError(f"state[{key!r}] must be non-negative integers, got {v.dtype}")
+            elif v.size and int(v.max()) > np.iinfo(want).max:  # astype would wrap it
+                raise ValueError(f"state[{key!r}] must fit {np.dtype(want).name}, got "
+                                 f"{int(v.max())}")
             checked[key] = v.astype(want)
         targets = {"x": self._x, "param": self._param, "act_buf": self._act_buf}
         for key, v in checked.items():
@@ -398,6 +404,8 @@ class BatchSim:
         ``len(indices) * group_size`` environments of the same plant) is
         filled and returned; without it a new one is made."""
         idx = _check_indices(indices, self.num_envs, "indices")
+        if idx.size == 0:
+            raise ValueError("indices is empty: name at least one environment to branch")
         if not isinstance(group_size, (int, np.integer)) or group_size < 1:
             raise ValueError(f"group_size must be a positive integer, got {group_size!r}")
         n = idx.size * int(group_size)
@@ -431,5 +439,7 @@ class BatchSim:
         """Mechanical energy (J) of state ``x`` (default: environment ``env``'s)."""
         self._check_env(env)
         x = self._x[:, env].copy() if x is None else np.ascontiguousarray(x, dtype=float)
+        if x.shape != (self._x.shape[0],):
+            raise ValueError(f"x must have shape ({self._x.shape[0]},), got {x.shape}")
         return float(lib.ps_energy(self._model, self._data, int(env),
                                    ffi.from_buffer("double[]", x)))
