@@ -72,7 +72,7 @@ def run(args) -> int:
         check_writable(args.onnx)
     if args.c is not None:
         check_folder(args.c)
-        check_c_name(args.c_name)
+    check_c_name(args.c_name)
     controller, name = controller_from_args(args)
     source, sha = source_of(controller, name)
     model, result = export_onnx(controller, None, source, sha)
