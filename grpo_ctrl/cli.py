@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             _parser(None).print_help()
             return 2
         module = importlib.import_module(COMMANDS[args.command][0])
+    except SystemExit as e:  # argparse: --help, or a bad argument (its line is printed)
+        return e.code
     except KeyboardInterrupt:
         print(f"grpo-ctrl{' ' + command if command else ''}: interrupted", file=sys.stderr)
         return 130

@@ -140,8 +140,12 @@ def test_config_file_then_flags_take_precedence(tmp_path):
     (["train", "--system", "trolley"], "unknown system"),
     (["train", "--preset", "moon"], "unknown preset"),
     (["train", "--continuation", "oracle"], "continuation"),
-    (["train", "--group-size", "1"], "group_size"),
+    (["train", "--group-size", "1"], "--group-size"),
     (["train", "--loss-steps", "100", "--horizon", "50"], "loss_steps"),
+    (["train", "--out", __file__], "is a file, not a run folder"),
+    # each within its own range, together beyond this machine's memory
+    (["train", "--num-starts", "1000000", "--horizon", "10000"], "GiB"),
+    (["train", "--hidden", "60000", "--layers", "60"], "GiB"),
     (["eval", "/nonexistent/run"], "neither a run folder"),
     (["eval"], "name a RUN"),
 ])
@@ -159,10 +163,22 @@ def test_bad_config_file_and_corrupt_checkpoint_are_clean_errors(tmp_path, capsy
     conf.write_text("lr = 'fast'\n")
     assert cli.main(["train", "--config", str(conf), "--out", str(tmp_path / "r")]) == 2
     assert "lr must be a float" in capsys.readouterr().err
+    conf.write_text("time_budget = nan\n")  # was: trained forever, recorded as -inf
+    assert cli.main(["train", "--config", str(conf), "--out", str(tmp_path / "r")]) == 2
+    assert "time_budget must be a finite number" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
     bad = tmp_path / "broken.pt"
     bad.write_bytes(b"not a checkpoint at all")
-    with pytest.raises(UserError, match="not a readable grpo-ctrl checkpoint"):
+    with pytest.raises(UserError, match="not a grpo-ctrl checkpoint"):
         load_policy_controller(bad)
+    # a pickle that runs code when loaded: named for what it is, not loaded, and torch's
+    # advice to retry with weights_only=False is not passed on
+    marker = tmp_path / "code-ran"
+    torch.save({"format": _RunsCode(str(marker))}, tmp_path / "evil.pt")
+    assert cli.main(["eval", str(tmp_path / "evil.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "is not a grpo-ctrl checkpoint" in err and "weights_only" not in err, err
+    assert err.count("\n") == 1 and not marker.exists()
     empty = tmp_path / "emptyrun"
     empty.mkdir()
     with pytest.raises(UserError, match="has no checkpoint"):
@@ -170,6 +186,14 @@ def test_bad_config_file_and_corrupt_checkpoint_are_clean_errors(tmp_path, capsy
     torch.save({"something": 1}, tmp_path / "other.pt")
     with pytest.raises(UserError, match="not a grpo-ctrl policy checkpoint"):
         load_policy_controller(tmp_path / "other.pt")
+
+
+class _RunsCode:
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
 
 
 def test_existing_run_folder_is_not_overwritten(run_folder, capsys):
