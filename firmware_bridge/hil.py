@@ -67,9 +67,9 @@ class HilServer:
     (the C loop releases the GIL). ``port`` is the path a host opens."""
 
     def __init__(self, config: HilConfig | None = None):
-        from grpo_ctrl.sim import check_plant
+        from grpo_ctrl.plant import resolve_plant
         c = self.config = config or HilConfig()
-        _, preset = check_plant(c.system, c.preset)
+        _, preset = resolve_plant(c.system, c.preset)
         for name in ("corrupt", "drop", "spike_rate"):
             if not 0.0 <= getattr(c, name) <= 1.0:
                 raise UserError(f"--{name.replace('_', '-')} is a probability in [0, 1], "

@@ -55,10 +55,11 @@ def _controller(args, out: Path):
 def run(args) -> int:
     from grpo_ctrl.export.onnx_export import export_onnx
     from grpo_ctrl.firmware_bridge.hil import serve_hil
-    from grpo_ctrl.firmware_bridge.host import format_summary, run_loop
+    from grpo_ctrl.firmware_bridge.host import run_loop
+    from grpo_ctrl.firmware_bridge.loop import format_summary
 
-    from grpo_ctrl.sim import check_plant
-    check_plant(args.system, args.preset)
+    from grpo_ctrl.plant import resolve_plant
+    resolve_plant(args.system, args.preset)
     out = Path(args.out or f"runs/demo-{args.system}-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -93,6 +94,6 @@ def _final_angle(system: str, x: np.ndarray) -> float | None:
     """The pendulum's angle from upright at the end of the HIL trace."""
     if len(x) == 0:
         return None
-    from grpo_ctrl.baselines.evaluate import POLE
-    a = float(x[-1, POLE[system][0]])
+    from grpo_ctrl.plant import plant_spec
+    a = float(x[-1, plant_spec(system).pole_angle])
     return math.remainder(a, 2 * math.pi)

@@ -396,7 +396,7 @@ class Trainer:
 
     def evaluate(self) -> tuple[float, float]:
         """(mean return, success rate) of the deterministic policy."""
-        from grpo_ctrl.baselines.evaluate import evaluate
+        from grpo_ctrl.closed_loop import evaluate
         ep = evaluate(self.policy.controller(self.spec), self.cfg.eval_episodes, self.eval_seed)
         return float(ep.returns.mean()), float(ep.success.mean())
 

@@ -35,6 +35,8 @@ import torch.nn.functional as F
 
 from grpo_ctrl.errors import UserError, one_line
 from grpo_ctrl.files import atomic_write
+from grpo_ctrl.plant import plant_spec
+from grpo_ctrl.run_folder import BEST, checkpoint_path, run_of
 
 CHECKPOINT_FORMAT = "grpo-ctrl-policy-v1"
 ACTIVATIONS = {"relu": nn.ReLU, "elu": nn.ELU, "tanh": nn.Tanh}
@@ -220,22 +222,7 @@ def read_checkpoint(path: Path) -> dict:
     return ck
 
 
-def checkpoint_path(path: Path, which: str = "best") -> Path:
-    """The checkpoint a run folder or file names: ``best.pt`` of a run folder
-    by default (``latest.pt`` if there is no best yet)."""
-    path = Path(path)
-    if path.is_dir():
-        for name in (f"{which}.pt", "latest.pt"):
-            if (path / name).is_file():
-                return path / name
-        raise UserError(f"run folder {str(path)!r} has no checkpoint ({which}.pt or latest.pt); "
-                        "is training finished, or is this the right folder?")
-    if not path.exists():
-        raise UserError(f"{str(path)!r} does not exist; name a run folder or a checkpoint file")
-    return path
-
-
-def load_policy(path: Path, which: str = "best") -> tuple[GaussianPolicy, dict, Path]:
+def load_policy(path: Path, which: str = BEST) -> tuple[GaussianPolicy, dict, Path]:
     ck_path = checkpoint_path(path, which)
     ck = read_checkpoint(ck_path)
     try:
@@ -246,14 +233,13 @@ def load_policy(path: Path, which: str = "best") -> tuple[GaussianPolicy, dict, 
                         "retrain or point at another checkpoint") from None
 
 
-def load_policy_controller(path, which: str = "best") -> PolicyController:
+def load_policy_controller(path, which: str = BEST) -> PolicyController:
     """The deterministic controller of a run folder (its best checkpoint by
     default) or of a checkpoint file, per grpo_ctrl.controller's contract.
     ``.source_info`` = {run, checkpoint, sha256} of what it was loaded from."""
-    from grpo_ctrl.sim import BatchSim
     policy, ck, ck_path = load_policy(Path(path), which)
     try:
-        spec = BatchSim(ck["system"], 1, preset=ck["preset"]).spec
+        spec = plant_spec(ck["system"], ck["preset"])
     except ValueError as e:
         raise UserError(f"{str(ck_path)!r} names a plant this simulator lacks: {e}") from None
     if policy.arch["nobs"] != spec.nobs:
@@ -261,8 +247,7 @@ def load_policy_controller(path, which: str = "best") -> PolicyController:
                         f"{policy.arch['nobs']} observations, its plant {spec.system}/"
                         f"{spec.preset} has {spec.nobs}; retrain or point at another checkpoint")
     digest = hashlib.sha256(ck_path.read_bytes()).hexdigest()
-    run = ck_path.parent if Path(path).is_dir() or ck_path.parent.joinpath("config.toml").exists() \
-        else None
+    run = run_of(path, ck_path)
     info = {"run": str(run) if run is not None else "", "checkpoint": str(ck_path),
             "sha256": digest}
     return PolicyController(policy, spec, info)

@@ -1,9 +1,5 @@
-"""``grpo-ctrl train``: run GRPO on one plant, writing a run folder.
-
-The run folder holds ``config.toml`` (the resolved configuration, loadable
-with ``--config``), ``metrics.jsonl`` (one line per iteration),
-``curve.png`` (the training curve), and the checkpoints ``latest.pt`` and
-``best.pt`` (best deterministic evaluation return so far).
+"""``grpo-ctrl train``: run GRPO on one plant, writing a run folder
+(its files: ``grpo_ctrl.run_folder``).
 
 Configuration precedence: per-plant defaults < ``--config`` file < flags.
 Every ``GRPOConfig`` field is a flag (``num_starts`` -> ``--num-starts``).
@@ -17,10 +13,14 @@ import os
 import signal
 import sys
 import time
-import tomllib
 from dataclasses import asdict, fields
 from datetime import datetime
 from pathlib import Path
+
+try:
+    import tomllib  # novermin: 3.10 takes the except branch
+except ModuleNotFoundError:  # Python 3.10: tomli is the same parser (pyproject requires it there)
+    import tomli as tomllib
 
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write, save_figure
@@ -28,7 +28,9 @@ from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import CHOICES, GRPOConfig, check_config, default_config
 from grpo_ctrl.option_types import number
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
-from grpo_ctrl.sim import check_plant
+from grpo_ctrl.plant import resolve_plant
+from grpo_ctrl.run_folder import (BEST, CONFIG, CURVE, LATEST, METRICS, checkpoint_file,
+                                  read_metrics)
 
 RUN_KEYS = ("system", "preset")  # what config.toml holds besides the GRPOConfig fields
 
@@ -68,6 +70,8 @@ def read_toml(path: str) -> dict:
             data = tomllib.load(fh)
     except FileNotFoundError:
         raise UserError(f"config file {path!r} does not exist") from None
+    except OSError as e:  # a folder, or unreadable
+        raise UserError(f"cannot read config file {path!r}: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"config file {path!r} is not valid TOML: {e}") from None
     known = {f.name for f in fields(GRPOConfig)} | set(RUN_KEYS)
@@ -99,12 +103,13 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path]:
     if args.resume:
         if out is None:
             raise UserError("--resume needs --out RUN_FOLDER (the run to continue)")
-        if not (out / "config.toml").is_file() or not (out / "latest.pt").is_file():
-            raise UserError(f"cannot resume {str(out)!r}: it has no config.toml and latest.pt")
-        file_cfg = read_toml(str(out / "config.toml"))
+        if not (out / CONFIG).is_file() or not (out / checkpoint_file(LATEST)).is_file():
+            raise UserError(f"cannot resume {str(out)!r}: it has no {CONFIG} and "
+                            f"{checkpoint_file(LATEST)}")
+        file_cfg = read_toml(str(out / CONFIG))
     if args.config:
         file_cfg.update(read_toml(args.config))
-    system, preset = check_plant(args.system or file_cfg.get("system") or "pendulum",
+    system, preset = resolve_plant(args.system or file_cfg.get("system") or "pendulum",
                                  args.preset or file_cfg.get("preset"))
     cfg = default_config(system, preset)
     for f in fields(GRPOConfig):
@@ -140,9 +145,13 @@ class RunFolder:
     def __init__(self, out: Path, system: str, preset: str, cfg: GRPOConfig,
                  resume_at: int | None = None):
         self.out = out
-        out.mkdir(parents=True, exist_ok=True)
-        write_toml(out / "config.toml", {"system": system, "preset": preset, **asdict(cfg)})
-        path = out / "metrics.jsonl"
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"cannot create run folder {str(out)!r}: {e.strerror or e}; choose "
+                            "another --out") from None
+        write_toml(out / CONFIG, {"system": system, "preset": preset, **asdict(cfg)})
+        path = out / METRICS
         if resume_at is not None:
             kept = [row for row in read_metrics(path) if row.get("iteration", 0) <= resume_at]
             atomic_write(path, "".join(json.dumps(row) + "\n" for row in kept))
@@ -155,27 +164,10 @@ class RunFolder:
     def checkpoint(self, trainer: Trainer, name: str, extra: dict) -> None:
         ck = trainer.policy.checkpoint(trainer.spec, asdict(trainer.cfg),
                                        {**extra, "trainer": trainer.state()})
-        save_checkpoint(ck, self.out / f"{name}.pt")
+        save_checkpoint(ck, self.out / checkpoint_file(name))
 
     def close(self) -> None:
         self.metrics.close()
-
-
-def read_metrics(path: Path) -> list[dict]:
-    """The whole rows of a metrics.jsonl: a line without its newline (cut
-    short by a crash or SIGKILL) or that is not JSON is left out."""
-    if not path.is_file():
-        return []
-    rows = []
-    with open(path) as fh:
-        for line in fh:
-            try:
-                row = json.loads(line) if line.endswith("\n") else None
-            except json.JSONDecodeError:
-                row = None
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
 
 
 def plot_curve(metrics_path: Path, png: Path) -> None:
@@ -220,7 +212,7 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
     trainer = Trainer(cfg, system, preset)
     wall, best, evals_done = 0.0, -math.inf, 0
     if resume:
-        ck = read_checkpoint(out / "latest.pt")
+        ck = read_checkpoint(out / checkpoint_file(LATEST))
         trainer.load_state(GaussianPolicy.from_checkpoint(ck), ck["trainer"])
         wall, best = float(ck.get("wall_time", 0.0)), float(ck.get("best_return", -math.inf))
     folder = (RunFolder(out, system, preset, cfg, trainer.iteration if resume else None)
@@ -256,8 +248,8 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
                     extra = {"wall_time": wall, "best_return": max(best, last_eval),
                              "eval_return": last_eval}
                     if last_eval > best:
-                        folder.checkpoint(trainer, "best", extra)
-                    folder.checkpoint(trainer, "latest", extra)
+                        folder.checkpoint(trainer, BEST, extra)
+                    folder.checkpoint(trainer, LATEST, extra)
             if last_eval is not None:
                 best = max(best, last_eval)
             if not math.isinf(budget):
@@ -276,12 +268,12 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
             final_eval, _ = trainer.evaluate()
             extra = {"wall_time": wall, "best_return": max(best, final_eval),
                      "eval_return": final_eval}
-            if final_eval > best or not (out / "best.pt").exists():
-                folder.checkpoint(trainer, "best", extra)
+            if final_eval > best or not (out / checkpoint_file(BEST)).exists():
+                folder.checkpoint(trainer, BEST, extra)
             best = max(best, final_eval)
-            folder.checkpoint(trainer, "latest", extra)
+            folder.checkpoint(trainer, LATEST, extra)
             folder.close()
-            plot_curve(out / "metrics.jsonl", out / "curve.png")
+            plot_curve(out / METRICS, out / CURVE)
     return {"trainer": trainer, "best_return": best, "wall_time": wall,
             "iterations": trainer.iteration, "out": out}
 

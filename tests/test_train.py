@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from grpo_ctrl import cli
-from grpo_ctrl.baselines.evaluate import evaluate
+from grpo_ctrl.closed_loop import evaluate
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import GRPOConfig
@@ -232,7 +232,7 @@ def test_every_variant_trains(overrides):
 def test_gym_evaluation_matches_a_plain_gymnasium_loop(run_folder):
     import gymnasium as gym
     from grpo_ctrl.controller import act
-    from grpo_ctrl.evaluate import evaluate_on_gym
+    from grpo_ctrl.closed_loop import evaluate_on_gym
     ctrl = load_policy_controller(run_folder)
     returns = []
     for i in range(3):
@@ -250,7 +250,7 @@ def test_gym_evaluation_matches_a_plain_gymnasium_loop(run_folder):
 
 def test_gym_evaluation_refuses_other_plants():
     from grpo_ctrl.controller import load_controller
-    from grpo_ctrl.evaluate import evaluate_on_gym
+    from grpo_ctrl.closed_loop import evaluate_on_gym
     with pytest.raises(UserError, match="pendulum/gym preset"):
         evaluate_on_gym(load_controller("lqr", "cartpole", "gym"), 2)
 
@@ -312,7 +312,7 @@ def test_a_signal_stops_training_cleanly_and_resume_repeats_no_iteration(sig, tm
             "--time-budget", "600"]
     train = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
-    from grpo_ctrl.train import read_metrics
+    from grpo_ctrl.run_folder import read_metrics
     deadline = time.monotonic() + 120
     while len(read_metrics(out / "metrics.jsonl")) < 5:
         assert train.poll() is None and time.monotonic() < deadline, train.communicate()

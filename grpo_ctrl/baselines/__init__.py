@@ -7,14 +7,15 @@
 """
 from __future__ import annotations
 
-from grpo_ctrl.controller import BASELINES
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.sim import check_plant
+from grpo_ctrl.plant import resolve_plant
+
+BASELINES = ("lqr", "swingup-lqr")  # the names a user may give instead of a run
 
 
 def make_controller(name: str, system: str, preset: str | None = None):
     """The baseline ``name`` ("lqr" or "swingup-lqr") for a plant preset."""
-    check_plant(system, preset)
+    resolve_plant(system, preset)
     if name == "lqr":
         from grpo_ctrl.baselines.lqr import make_lqr
         return make_lqr(system, preset)
