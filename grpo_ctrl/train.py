@@ -3,6 +3,12 @@
 
 Configuration precedence: per-plant defaults < ``--config`` file < flags.
 Every ``GRPOConfig`` field is a flag (``num_starts`` -> ``--num-starts``).
+
+Ctrl-C, SIGTERM and SIGHUP stop training after the iteration in progress: the
+final checkpoint, the metrics and the curve are written, the collector process
+ends, and the exit status is 128 + the signal's number. ``--resume`` continues
+from ``latest.pt``; metrics rows past its iteration (left by a crash) are
+dropped, so no iteration is logged twice.
 """
 from __future__ import annotations
 
