@@ -12,12 +12,11 @@ import math
 import time
 from pathlib import Path
 
-import numpy as np
-
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.option_types import positive_seconds, seed
+from grpo_ctrl.option_types import positive_int, positive_seconds, seconds, seed
 
 DEFAULT_SYSTEM, DEFAULT_PRESET = "pendulum", "gym"
+DEFAULT_ITERATIONS = 150
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,8 +24,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip training: use the swing-up-plus-LQR baseline")
     p.add_argument("--system", default=DEFAULT_SYSTEM, help="plant (default: %(default)s)")
     p.add_argument("--preset", default=DEFAULT_PRESET, help="preset (default: %(default)s)")
-    p.add_argument("--budget", type=positive_seconds, default=15.0,
-                   help="training time budget in seconds (default: %(default)s)")
+    p.add_argument("--iterations", type=positive_int(10**9), default=DEFAULT_ITERATIONS,
+                   help="GRPO iterations to train: the same policy on a quiet or a busy machine "
+                        "(default: %(default)s)")
+    p.add_argument("--budget", type=seconds("no limit"), default=0.0,
+                   help="also stop training after this many seconds (default: no limit)")
     p.add_argument("--duration", type=positive_seconds, default=8.0,
                    help="seconds of closed-loop control on the HIL pendulum (default: %(default)s)")
     p.add_argument("--out", default=None,
@@ -42,11 +44,14 @@ def _controller(args, out: Path):
     from grpo_ctrl.grpo_config import default_config
     from grpo_ctrl.train import train
     cfg = default_config(args.system, args.preset)
-    cfg.time_budget, cfg.seed = args.budget, args.seed
+    # an iteration budget, not seconds: on a busy machine a time budget trains
+    # less, and the demo's policy then fails to swing up (issue 10)
+    cfg.iterations, cfg.time_budget, cfg.seed = args.iterations, args.budget, args.seed
     run_dir = out / "run"
-    print(f"[1/4] training {args.system}/{args.preset} with GRPO for {args.budget:g} s "
-          f"into {run_dir}")
-    summary = train(args.system, args.preset, cfg, run_dir)
+    print(f"[1/4] training {args.system}/{args.preset} with GRPO for {args.iterations} iterations"
+          + (f" (at most {args.budget:g} s)" if args.budget else "") + f" into {run_dir}")
+    # train's progress bar counts seconds and needs a time budget
+    summary = train(args.system, args.preset, cfg, run_dir, progress=args.budget > 0)
     print(f"      best evaluation return {summary['best_return']:.1f} after "
           f"{summary['iterations']} iterations")
     return load_controller(str(run_dir))
@@ -81,7 +86,7 @@ def run(args) -> int:
         summary = run_loop(hil.port, onnx_path, args.duration, log=out / "telemetry.csv",
                            plot=out / "loop.png")
         trace = hil.trace()
-    angle = _final_angle(args.system, trace["x"])
+    angle = _final_angle(args.system, trace)
     print("\n" + format_summary(summary))
     if angle is not None:
         print(f"pendulum at the end: {angle:+.3f} rad from upright "
@@ -90,10 +95,14 @@ def run(args) -> int:
     return 0 if summary["ended"] == "completed" else 1
 
 
-def _final_angle(system: str, x: np.ndarray) -> float | None:
-    """The pendulum's angle from upright at the end of the HIL trace."""
+def _final_angle(system: str, trace: dict) -> float | None:
+    """The pendulum's angle from upright at the last tick the controller held
+    it (armed): after the disarm the HIL plant keeps running, and falls."""
+    from grpo_ctrl.firmware_bridge.protocol import MODE_ARMED
+    from grpo_ctrl.plant import plant_spec
+
+    x = trace["x"][trace["mode"] == MODE_ARMED]
     if len(x) == 0:
         return None
-    from grpo_ctrl.plant import plant_spec
     a = float(x[-1, plant_spec(system).pole_angle])
     return math.remainder(a, 2 * math.pi)

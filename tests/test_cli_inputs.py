@@ -22,6 +22,7 @@ ANY = set(BAD_VALUES)
 ACCEPTED = {
     ("train", "--out"): (ANY, "any text names a run folder"),
     ("demo", "--out"): (ANY, "any text names an output folder"),
+    ("demo", "--budget"): ({"zero"}, "0: no time limit (--iterations stops it)"),
     ("baselines", "--output"): (ANY, "any text names a file"),
     ("export", "--onnx"): (ANY, "any text names a file"),
     ("export", "--c"): (ANY, "any text names a folder"),
