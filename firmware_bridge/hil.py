@@ -236,7 +236,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     milliseconds = number(float, 0.0, 10_000.0, unit=" (ms)")
     p.add_argument("--system", default="pendulum", help="plant: pendulum, cartpole or furuta")
     p.add_argument("--preset", default=None, help="parameter preset (default: the system's first)")
-    p.add_argument("--rate", type=number(float, 1.0, 20000.0, unit=" Hz"), default=None, metavar="HZ",
+    p.add_argument("--rate", type=number(float, 1.0, 20000.0, unit=" Hz"), default=None,
+                   metavar="HZ",
                    help="control rate (default: the preset's; 1000 for a 1 kHz loop)")
     p.add_argument("--angle0", type=number(float, -100.0, 100.0, unit=" (rad)"), default=None,
                    metavar="RAD",
@@ -249,9 +250,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--watchdog-ms", type=number(float, above=0.0, high=10_000.0, unit=" (ms)"),
                    default=None,
                    help="command watchdog (default: two control periods)")
-    p.add_argument("--velocity-limit", type=number(float, 0.0, 1e6, unit=" (0: none)"), default=None,
+    p.add_argument("--velocity-limit", type=number(float, 0.0, 1e6, unit=" (0: none)"),
+                   default=None,
                    help="disarm beyond this speed, rad/s or m/s (0: none)")
-    p.add_argument("--position-limit", type=number(float, 0.0, 1e6, unit=" (0: none)"), default=None,
+    p.add_argument("--position-limit", type=number(float, 0.0, 1e6, unit=" (0: none)"),
+                   default=None,
                    help="disarm when channel 0 (cart or arm) goes beyond this, rad or m (0: none)")
     p.add_argument("--velocity-cutoff", type=number(float, 0.0, 1e5, unit=" Hz (0: none)"),
                    default=20.0, metavar="HZ",
@@ -261,7 +264,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="probability that a byte from the device is corrupted")
     g.add_argument("--drop", type=probability, default=0.0, metavar="P",
                    help="probability that a frame from the device is dropped")
-    g.add_argument("--latency-ms", type=milliseconds, default=0.0, help="added to every device frame")
+    g.add_argument("--latency-ms", type=milliseconds, default=0.0,
+                   help="added to every device frame")
     g.add_argument("--spike-rate", type=probability, default=0.0, metavar="P",
                    help="probability of a latency spike on a frame")
     g.add_argument("--spike-ms", type=milliseconds, default=0.0, help="size of a latency spike")

@@ -89,8 +89,8 @@ class GRPOConfig:
     iterations: int = knob(0, "stop after this many iterations (0 = no limit)", low=0,
                            high=2**40)
     # up to 1e12: scripts and tests say "never" with 1e9
-    eval_every: float = knob(1.0, "training seconds between evaluations (best checkpoint; 0 = every "
-                              "iteration)", low=0.0, high=1e12)
+    eval_every: float = knob(1.0, "training seconds between evaluations (best checkpoint; 0 = "
+                              "every iteration)", low=0.0, high=1e12)
     eval_episodes: int = knob(100, "episodes per evaluation (fixed starts, mean action)", low=1,
                               high=10**6)
     threads: int = knob(1, "torch threads for the update (rollouts use one: small ops)", low=1,
@@ -139,8 +139,8 @@ def check_config(cfg: GRPOConfig) -> None:
         if m["choices"] and value not in m["choices"]:
             raise UserError(f"{f.name} = {value!r} is not one of {list(m['choices'])}")
         if want in (int, float) and not in_range(value, m["low"], m["high"], m["above"]):
-            raise UserError(f"{f.name} must be {describe_range(want, m['low'], m['high'], m['above'])}"
-                            f", got {value!r}")
+            wanted = describe_range(want, m["low"], m["high"], m["above"])
+            raise UserError(f"{f.name} must be {wanted}, got {value!r}")
     if cfg.loss_steps > cfg.horizon:
         raise UserError(f"loss_steps ({cfg.loss_steps}) cannot exceed horizon ({cfg.horizon})")
     if cfg.minibatches > cfg.num_starts * cfg.group_size:
@@ -151,8 +151,8 @@ def check_config(cfg: GRPOConfig) -> None:
     need, have = memory_estimate(cfg), physical_memory()
     if have and need > have / 2:
         raise UserError(f"num_starts x group_size x horizon = {cfg.num_starts} x {cfg.group_size} "
-                        f"x {cfg.horizon} with hidden {cfg.hidden} x {cfg.layers} layers needs about "
-                        f"{need / 2**30:.3g} GiB, more than half of this machine's "
+                        f"x {cfg.horizon} with hidden {cfg.hidden} x {cfg.layers} layers needs "
+                        f"about {need / 2**30:.3g} GiB, more than half of this machine's "
                         f"{have / 2**30:.3g} GiB; make them smaller")
 
 

@@ -320,7 +320,8 @@ def test_a_signal_stops_training_cleanly_and_resume_repeats_no_iteration(sig, pr
     while len(read_metrics(out / "metrics.jsonl")) < 5:
         assert train.poll() is None and time.monotonic() < deadline, train.communicate()
         time.sleep(0.1)
-    children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent_of(int(p)) == train.pid]
+    children = [int(p) for p in os.listdir("/proc")
+                if p.isdigit() and _parent_of(int(p)) == train.pid]
     assert children, "no collector or worker process"
     os.killpg(train.pid, sig)
     _, err = train.communicate(timeout=120)
