@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import math
 import pickle
 from pathlib import Path
@@ -254,5 +255,5 @@ def load_policy_controller(path, which: str = BEST) -> PolicyController:
     digest = hashlib.sha256(ck_path.read_bytes()).hexdigest()
     run = run_of(path, ck_path)
     info = {"run": str(run) if run is not None else "", "checkpoint": str(ck_path),
-            "sha256": digest}
+            "sha256": digest, "randomize": json.dumps(ck.get("randomize", {}))}
     return PolicyController(policy, spec, info)

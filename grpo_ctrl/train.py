@@ -13,6 +13,9 @@ dropped, so no iteration is logged twice.
 Data-parallel training (docs/distributed.md): ``--nproc N`` starts N local
 workers; under ``torchrun`` (``python -m grpo_ctrl train ...``) each process
 the launcher starts is one rank. Rank 0 evaluates and writes the run folder.
+The plant's domain randomisation is the file's ``[randomize]`` table
+(``grpo_ctrl.randomize.Randomization`` fields) over the plant's default
+ranges, then ``--randomize KEY=VALUE`` flags; ``config.toml`` records it.
 """
 from __future__ import annotations
 
@@ -41,10 +44,12 @@ from grpo_ctrl.grpo_config import CHOICES, GRPOConfig, check_config, default_con
 from grpo_ctrl.option_types import number
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
 from grpo_ctrl.plant import resolve_plant
+from grpo_ctrl.randomize import Randomization, default_randomization, with_overrides
 from grpo_ctrl.run_folder import (BEST, CONFIG, CURVE, LATEST, METRICS, checkpoint_file,
                                   read_metrics)
 
-RUN_KEYS = ("system", "preset")  # what config.toml holds besides the GRPOConfig fields
+# what config.toml holds besides the GRPOConfig fields
+RUN_KEYS = ("system", "preset", "randomize")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,6 +65,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="data-parallel worker processes on this machine, one per core "
                         "(default 1; overlap is off with more than one; under torchrun the "
                         "launcher sets the processes: leave this out)")
+    p.add_argument("--randomize", action="append", default=[], metavar="KEY=VALUE",
+                   help="domain randomisation over the plant's default ranges (pendulum/rig "
+                        "and furuta/qube-servo2 draw by default; docs/robustness.md): "
+                        "params=0.3, delay=1,2, motor_k=0.5,1, scale.m=0.8,1.2, ..., or off")
     g = p.add_argument_group("GRPO hyperparameters (override the config file)")
     for f in fields(GRPOConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -98,22 +107,31 @@ def read_toml(path: str) -> dict:
     return data
 
 
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    return json.dumps(str(v))
+
+
 def write_toml(path: Path, data: dict) -> None:
-    """Flat TOML of strings, ints, floats and bools, written atomically."""
-    lines = []
-    for k, v in data.items():
-        if isinstance(v, bool):
-            lines.append(f"{k} = {'true' if v else 'false'}")
-        elif isinstance(v, (int, float)):
-            lines.append(f"{k} = {v!r}" if math.isfinite(v) else
-                         f"{k} = {'inf' if v > 0 else '-inf'}")
-        else:
-            lines.append(f"{k} = {json.dumps(str(v))}")
+    """TOML of strings, numbers, bools and lists, with dict values as tables
+    after the plain keys, written atomically."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for name, table in data.items():
+        if isinstance(table, dict):
+            lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
     atomic_write(path, "\n".join(lines) + "\n")
 
 
-def resolve(args) -> tuple[str, str, GRPOConfig, Path]:
-    """Plant, configuration and run folder from defaults, file and flags."""
+def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
+    """Plant, configuration, run folder and randomisation from defaults, file
+    and flags."""
     file_cfg = {}
     out = Path(args.out) if args.out else None
     if args.resume:
@@ -137,6 +155,11 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path]:
                 value = float(value)  # TOML's 30 for 30.0
             setattr(cfg, f.name, value)
     check_config(cfg)
+    table = file_cfg.get("randomize", {})
+    if not isinstance(table, dict):
+        raise UserError("randomize in a config file must be a [randomize] table")
+    randomize = with_overrides(Randomization.from_table(
+        table, default_randomization(system, preset)), getattr(args, "randomize", None) or [])
     if out is None:
         out = Path("runs") / f"{system}-{preset}-{datetime.now():%Y%m%d-%H%M%S}"
     if out.exists() and not out.is_dir():
@@ -148,7 +171,7 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path]:
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"cannot create the run folder {str(out)!r}: {str(existing)!r} is not a "
                         "writable folder; choose another --out")
-    return system, preset, cfg, out
+    return system, preset, cfg, out, randomize
 
 
 class RunFolder:
@@ -159,14 +182,15 @@ class RunFolder:
     dropped, so that no iteration appears twice."""
 
     def __init__(self, out: Path, system: str, preset: str, cfg: GRPOConfig,
-                 resume_at: int | None = None):
+                 randomize: Randomization, resume_at: int | None = None):
         self.out = out
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UserError(f"cannot create run folder {str(out)!r}: {e.strerror or e}; choose "
                             "another --out") from None
-        write_toml(out / CONFIG, {"system": system, "preset": preset, **asdict(cfg)})
+        write_toml(out / CONFIG, {"system": system, "preset": preset, **asdict(cfg),
+                                  "randomize": randomize.to_table()})
         path = out / METRICS
         if resume_at is not None:
             kept = [row for row in read_metrics(path) if row.get("iteration", 0) <= resume_at]
@@ -179,7 +203,8 @@ class RunFolder:
 
     def checkpoint(self, trainer: Trainer, name: str, extra: dict) -> None:
         ck = trainer.policy.checkpoint(trainer.spec, asdict(trainer.cfg),
-                                       {**extra, "trainer": trainer.state()})
+                                       {**extra, "trainer": trainer.state(),
+                                        "randomize": trainer.randomize.to_table()})
         save_checkpoint(ck, self.out / checkpoint_file(name))
 
     def close(self) -> None:
@@ -220,22 +245,26 @@ def plot_curve(metrics_path: Path, png: Path) -> None:
 
 def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: bool = False,
           progress: bool = True, on_iteration=None, ranks: Ranks | None = None,
-          stop=None) -> dict:
+          randomize: Randomization | None = None, stop=None) -> dict:
     """Train until the time budget or iteration limit, or until ``stop()``
     (checked between iterations) is true; returns a summary.
     ``on_iteration(trainer, row)`` is called after every iteration (the
     benchmark snapshots the policy there); its time is not training time.
     In data-parallel training every rank calls this; rank 0's clock decides
-    the schedule and the stop, and rank 0 alone evaluates and writes ``out``."""
+    the schedule and the stop, and rank 0 alone evaluates and writes ``out``.
+    ``randomize``: the plant's ranges (default: ``default_randomization``)."""
     from tqdm import tqdm
     ranks = ranks or Ranks.current()
-    trainer = Trainer(cfg, system, preset, ranks)
+    if randomize is None:
+        randomize = default_randomization(system, preset)
+    trainer = Trainer(cfg, system, preset, ranks, randomize)
     wall, best, evals_done = 0.0, -math.inf, 0
     if resume:
         ck = read_checkpoint(out / checkpoint_file(LATEST))
         trainer.load_state(GaussianPolicy.from_checkpoint(ck), ck["trainer"])
         wall, best = float(ck.get("wall_time", 0.0)), float(ck.get("best_return", -math.inf))
-    folder = (RunFolder(out, system, preset, cfg, trainer.iteration if resume else None)
+    folder = (RunFolder(out, system, preset, cfg, randomize,
+                        trainer.iteration if resume else None)
               if out is not None and ranks.is_main else None)
     start_wall, next_eval = wall, wall
     budget = cfg.time_budget if cfg.time_budget > 0 else math.inf
@@ -304,7 +333,7 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
 
 
 def run(args) -> int:
-    system, preset, cfg, out = resolve(args)
+    system, preset, cfg, out, randomize = resolve(args)
     launched = distributed.torchrun_world()
     if launched is not None and args.nproc is not None:
         raise UserError("--nproc starts local workers, but torchrun already started this one: "
@@ -319,7 +348,7 @@ def run(args) -> int:
         cfg.overlap = False
         Ranks(0, world).local_config(cfg)  # each rank's share is whole and valid
     with StopSignals() as signals:  # before the fork: every rank inherits it
-        work = (system, preset, cfg, out, args.resume, not args.quiet,
+        work = (system, preset, cfg, out, args.resume, not args.quiet, randomize,
                 lambda: signals.received is not None)
         if launched is not None:
             distributed.run_from_env(_train_and_report, work)
@@ -339,7 +368,7 @@ def run(args) -> int:
 
 
 def _train_and_report(system: str, preset: str, cfg: GRPOConfig, out: Path, resume: bool,
-                      progress: bool, stop) -> None:
+                      progress: bool, randomize: Randomization, stop) -> None:
     """Train as this process's rank; rank 0 says what it does."""
     ranks = Ranks.current()
     if ranks.is_main:
@@ -347,10 +376,11 @@ def _train_and_report(system: str, preset: str, cfg: GRPOConfig, out: Path, resu
               + (f" or {cfg.iterations} iterations" if cfg.iterations else "")
               + ("; rollouts on the second core (--overlap false: one core)" if cfg.overlap
                  else "")
-              + (f"; {ranks.world} data-parallel processes" if ranks.world > 1 else ""),
-              flush=True)
+              + (f"; {ranks.world} data-parallel processes" if ranks.world > 1 else "")
+              + ("; plants randomised (docs/robustness.md; --randomize off: nominal)"
+                 if randomize.active else ""), flush=True)
     summary = train(system, preset, cfg, out, resume=resume, progress=progress, ranks=ranks,
-                    stop=stop)
+                    randomize=randomize, stop=stop)
     if ranks.is_main:
         print(f"done: {summary['iterations']} iterations in {summary['wall_time']:.1f} s; best "
               f"evaluation return {summary['best_return']:.1f} ({cfg.eval_episodes} episodes); "

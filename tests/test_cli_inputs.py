@@ -44,6 +44,8 @@ ACCEPTED = {
     ("train", "--log-std-init"): ({"zero", "negative"}, "a log std"),
     ("train", "--log-std-min"): ({"zero", "negative"}, "a log std"),
     ("train", "--overlap"): ({"zero"}, "0 is false"),
+    ("train", "--w-du"): ({"zero"}, "0: no action-rate penalty"),
+    ("eval", "--out"): (ANY, "any text names a folder"),
 }
 for _command in ("train", "demo", "eval", "baselines", "hil"):
     ACCEPTED[(_command, "--seed")] = ({"zero"}, "seed 0")

@@ -130,8 +130,8 @@ def test_config_file_then_flags_take_precedence(tmp_path):
     conf.write_text('system = "cartpole"\npreset = "swingup"\ngroup_size = 4\nlr = 0.01\n')
     p = argparse.ArgumentParser()
     add_arguments(p)
-    system, preset, cfg, _ = resolve(p.parse_args(["--config", str(conf), "--lr", "0.002",
-                                                   "--out", str(tmp_path / "r")]))
+    system, preset, cfg, _, _ = resolve(p.parse_args(["--config", str(conf), "--lr", "0.002",
+                                                      "--out", str(tmp_path / "r")]))
     assert (system, preset, cfg.group_size, cfg.lr) == ("cartpole", "swingup", 4, 0.002)
     assert cfg.horizon == 160  # the cart-pole swing-up's own default, from no file or flag
 
