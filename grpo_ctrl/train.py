@@ -28,7 +28,7 @@ from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import CHOICES, GRPOConfig, check_config, default_config
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
 from grpo_ctrl.randomize import Randomization, default_randomization, with_overrides
-from grpo_ctrl.sim import presets, systems, default_preset
+from grpo_ctrl.sim import BatchSim, presets, systems, default_preset
 
 # what config.toml holds besides the GRPOConfig fields
 RUN_KEYS = ("system", "preset", "randomize")
@@ -141,6 +141,10 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
         raise UserError("randomize in a config file must be a [randomize] table")
     randomize = with_overrides(Randomization.from_table(
         table, default_randomization(system, preset)), getattr(args, "randomize", None) or [])
+    try:  # names and bounds only the plant knows (its parameters, the longest delay)
+        BatchSim(system, 1, preset=preset, randomize=randomize)
+    except ValueError as e:
+        raise UserError(f"randomize: {e}") from None
     if out is None:
         out = Path("runs") / f"{system}-{preset}-{datetime.now():%Y%m%d-%H%M%S}"
     if not args.resume and out.exists() and any(out.iterdir()):
