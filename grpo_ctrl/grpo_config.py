@@ -109,10 +109,11 @@ CHOICES = {f.name: f.metadata["choices"] for f in fields(GRPOConfig) if f.metada
 SYSTEM_DEFAULTS = {
     ("pendulum", "gym"): {},
     # 200 Hz control: hold training actions for 4 steps (50 Hz decisions, 2 s horizon)
-    # w_du: smooth commands for a real motor (docs/robustness.md)
+    # w_du: smooth commands for a real motor (docs/robustness.md §5: 0.1 against 0.02,
+    # one seed each, drawn plants: realistic row 100% vs 96.5%, less chatter)
     ("pendulum", "rig"): {"action_repeat": 4, "horizon": 100, "loss_steps": 50, "gamma": 0.99,
                           "time_budget": 60.0, "eval_every": 10.0, "eval_episodes": 50,
-                          "w_du": 0.02},
+                          "w_du": 0.1},
     ("cartpole", "gym"): {"horizon": 128, "loss_steps": 64, "gamma": 0.99, "time_budget": 30.0,
                           "eval_every": 5.0},
     ("cartpole", "swingup"): {"horizon": 160, "loss_steps": 80, "gamma": 0.99,

@@ -45,6 +45,7 @@ from grpo_ctrl.option_types import number
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
 from grpo_ctrl.plant import resolve_plant
 from grpo_ctrl.randomize import Randomization, default_randomization, with_overrides
+from grpo_ctrl.sim import BatchSim
 from grpo_ctrl.run_folder import (BEST, CONFIG, CURVE, LATEST, METRICS, checkpoint_file,
                                   read_metrics)
 
@@ -160,6 +161,10 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
         raise UserError("randomize in a config file must be a [randomize] table")
     randomize = with_overrides(Randomization.from_table(
         table, default_randomization(system, preset)), getattr(args, "randomize", None) or [])
+    try:  # names and bounds only the plant knows (its parameters, the longest delay)
+        BatchSim(system, 1, preset=preset, randomize=randomize)
+    except ValueError as e:
+        raise UserError(f"randomize: {e}") from None
     if out is None:
         out = Path("runs") / f"{system}-{preset}-{datetime.now():%Y%m%d-%H%M%S}"
     if out.exists() and not out.is_dir():

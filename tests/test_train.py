@@ -146,6 +146,9 @@ def test_config_file_then_flags_take_precedence(tmp_path):
     # each within its own range, together beyond this machine's memory
     (["train", "--num-starts", "1000000", "--horizon", "10000"], "GiB"),
     (["train", "--hidden", "60000", "--layers", "60"], "GiB"),
+    (["train", "--preset", "rig", "--randomize", "delay=0,99"], "delay"),
+    (["train", "--randomize", "scale.mass=0.9,1.1"], "not parameters"),
+    (["train", "--randomize", "pushes=1"], "unknown randomize key"),
     (["eval", "/nonexistent/run"], "neither a run folder"),
     (["eval"], "name a RUN"),
 ])
@@ -355,3 +358,32 @@ def _parent_of(pid: int) -> int | None:
             return int(fh.read().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return None
+def test_randomize_table_then_flags_and_the_hardware_presets_draw_by_default(tmp_path):
+    from grpo_ctrl.train import add_arguments, resolve
+    from grpo_ctrl.randomize import default_randomization
+    import argparse
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    *_, r = resolve(p.parse_args(["--preset", "rig", "--out", str(tmp_path / "a")]))
+    assert r == default_randomization("pendulum", "rig") and r.active
+    *_, r = resolve(p.parse_args(["--preset", "gym", "--out", str(tmp_path / "b")]))
+    assert not r.active
+    conf = tmp_path / "c.toml"
+    conf.write_text('preset = "rig"\n[randomize]\nparams = 0.1\ndelay = [1, 2]\n')
+    *_, r = resolve(p.parse_args(["--config", str(conf), "--randomize", "delay=2,3",
+                                  "--out", str(tmp_path / "c")]))
+    assert (r.params, r.delay) == (0.1, (2, 3))
+    assert r.motor_k == default_randomization("pendulum", "rig").motor_k  # the rest: defaults
+
+
+def test_run_folder_records_the_randomisation(tmp_path):
+    import tomllib
+    out = tmp_path / "run"
+    assert cli.main(["train", "--preset", "rig", "--out", str(out), "--iterations", "1",
+                     "--time-budget", "0", "--num-starts", "4", "--group-size", "2",
+                     "--eval-episodes", "2", "--overlap", "false", "--randomize", "delay=1,2",
+                     "--quiet"]) == 0
+    table = tomllib.loads((out / "config.toml").read_text())["randomize"]
+    assert table["delay"] == [1, 2] and table["params"] == 0.35
+    from grpo_ctrl.policy import read_checkpoint
+    assert read_checkpoint(out / "best.pt")["randomize"] == table
