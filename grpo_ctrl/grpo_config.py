@@ -47,7 +47,7 @@ class GRPOConfig:
     continuation: str = knob("random", "branch a trajectory continues from",
                              choices=("greedy", "softmax", "random", "policy"))
     softmax_temperature: float = knob(1.0, "on group-normalised returns, for softmax continuation",
-                               above=0.0, high=1e6)
+                                      above=0.0, high=1e6)
     w_du: float = knob(0.0, "action-rate penalty: each decision loses w_du (du / u_max)^2, "
                        "for smooth commands on a real motor", low=0.0, high=1e6)
     # advantages and loss

@@ -145,7 +145,7 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
     if args.config:
         file_cfg.update(read_toml(args.config))
     system, preset = resolve_plant(args.system or file_cfg.get("system") or "pendulum",
-                                 args.preset or file_cfg.get("preset"))
+                                   args.preset or file_cfg.get("preset"))
     cfg = default_config(system, preset)
     for f in fields(GRPOConfig):
         value = getattr(args, f.name, None)
