@@ -57,7 +57,7 @@ def test_a_signal_in_any_phase_leaves_the_device_disarmed(swingup, tmp_path, pha
         assert wait_for(lambda: ready(hil, p)), phase
         alive = p.poll() is None
         p.send_signal(sig)
-        out, err = p.communicate(timeout=30)
+        out, err = p.communicate(timeout=60)
         time.sleep(0.05)
         stats, trace = hil.stats(), hil.trace()
     assert "Traceback" not in err or phase == "start-up", err
