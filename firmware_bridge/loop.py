@@ -22,7 +22,6 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.firmware_bridge import protocol as P
 from grpo_ctrl.firmware_bridge.link import LinkError, await_frame
 
-LATENCY_UNKNOWN = 0xFFFFFFFF
 KEEPALIVE_AFTER = 1.5   # periods without a STATE before the host re-sends its command
 MIN_LOST_GAP = 64       # a gap up to this many frames is always taken for frames lost
 FLOOD_WINDOW = 0.5      # s: more than twice the device's rate over this long is a flood
@@ -109,15 +108,16 @@ class ControlLoop:
         action, tx = None, None
         if self.armed and s.mode == P.MODE_ARMED and not self.stop.is_set():
             action = self.act(obs)
-            _, tx = self.link.send(P.Command(action, f.seq))
+            _, tx = self.link.send(P.Command(action, f.seq, s.t_us))
             r.commands += 1
             r.compute_us.append((tx - rx) * 1e6)
             r.armed_states += 1
             if not s.flags & P.FLAG_FRESH and r.armed_states > 2:
                 r.stale += 1
-            if s.latency_us != LATENCY_UNKNOWN:
+            if s.latency_us != P.LATENCY_UNKNOWN:
                 r.latencies_us.append(s.latency_us)
         self.last_obs, self.last_state_seq, self.last_state_rx = obs, f.seq, rx
+        self.last_state_t_us = s.t_us
         r.t.append(s.t_us * 1e-6)
         r.angle.append(self.features.angle(obs))
         r.action.append(s.actuator)
@@ -125,7 +125,7 @@ class ControlLoop:
             "kind": "state", "dev_seq": f.seq, "dev_t_us": s.t_us, "host_rx_s": rx - self.t0,
             "host_tx_s": None if tx is None else tx - self.t0, "mode": s.mode, "fault": s.fault,
             "flags": s.flags, "cmd_seq": s.cmd_seq,
-            "loop_latency_us": None if s.latency_us == LATENCY_UNKNOWN else s.latency_us,
+            "loop_latency_us": None if s.latency_us == P.LATENCY_UNKNOWN else s.latency_us,
             "actuator": s.actuator, "pos": list(s.pos), "vel": list(s.vel),
             "obs": [float(x) for x in obs], "action": action,
             "compute_us": None if tx is None else (tx - rx) * 1e6})
@@ -282,7 +282,7 @@ class ControlLoop:
                     # no STATE this period (lost or late): keep the watchdog fed with
                     # the command for the newest observation, answering its state
                     u = self.act(self.last_obs)
-                    self.link.send(P.Command(u, self.last_state_seq))
+                    self.link.send(P.Command(u, self.last_state_seq, self.last_state_t_us))
                     self.r.keepalives += 1
                     next_keepalive = now + self.period
         except _DeviceStopped:

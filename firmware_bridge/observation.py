@@ -78,4 +78,7 @@ def load_onnx_controller(path, info: P.Info, features: Features, warn=print):
     if not math.isclose(meta["dt"], info.period_us * 1e-6, rel_tol=1e-3):
         warn(f"note: the policy was made for a {meta['dt'] * 1e3:g} ms period, the device runs "
              f"at {info.period_us / 1e3:g} ms")
+    if info.u_limit < info.u_max:
+        warn(f"note: the device clamps commands to {info.u_limit:g} (its u_limit), below its "
+             f"hardware limit {info.u_max:g} that the policy was checked against")
     return policy

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_ctrl._pendsim import ffi, lib
+from grpo_ctrl.errors import UserError
 
 
 def systems() -> list[str]:
@@ -44,6 +45,19 @@ def default_preset(system: str) -> str:
     return presets(system)[0]
 
 
+def resolve_plant(system: str, preset: str | None = None) -> tuple[str, str]:
+    """``(system, preset)``, the system's first preset for None; ``UserError``
+    naming the choices when either is unknown."""
+    if system not in systems():
+        raise UserError(f"unknown system {system!r}; choose one of {', '.join(systems())}")
+    if preset is None:
+        return system, default_preset(system)
+    if preset not in presets(system):
+        raise UserError(f"unknown preset {preset!r} for {system}; choose one of "
+                        f"{', '.join(presets(system))}")
+    return system, preset
+
+
 def _strings(array, n: int) -> tuple[str, ...]:
     return tuple(ffi.string(array[k]).decode() for k in range(n))
 
@@ -66,24 +80,24 @@ class PlantSpec:
     param_names: tuple[str, ...]
     action_name: str
     action_unit: str
-    state_units: tuple[str, ...] = ()
-    obs_units: tuple[str, ...] = ()
-    param_units: tuple[str, ...] = ()
-    angles: tuple[bool, ...] = ()               # which state components are angles
-    angular_velocities: tuple[bool, ...] = ()   # which are clipped by v_max
-    obs_index: tuple[int, ...] = ()   # where each state component enters the
-                                      # observation (an angle: its cosine, sine next)
-    cyclic: tuple[int, ...] = ()      # components that do not enter the dynamics
-    pole_angle: int = 0               # state index of the pendulum's angle ...
-    pole_velocity: int = 1            # ... and of its angular velocity
-    operating_range: tuple[float, ...] = ()  # |x_k| reached in use
-    channels: tuple[tuple[int, int], ...] = ()  # a rig's sensors: (position, velocity) index
-    channel_pos_limits: tuple[float, ...] = ()  # a rig's default safety limits, 0 = none
-    channel_vel_limits: tuple[float, ...] = ()
-    v_max: float = 0.0                # the simulator's clip on angular velocities, 0 = none
-    term_limit: tuple[float, ...] = ()  # |x_k| that ends an episode, 0 = none
-    x0_low: tuple[float, ...] = ()    # the preset's start box
-    x0_high: tuple[float, ...] = ()
+    state_units: tuple[str, ...]
+    obs_units: tuple[str, ...]
+    param_units: tuple[str, ...]
+    angles: tuple[bool, ...]  # which state components are angles
+    angular_velocities: tuple[bool, ...]  # which are clipped by v_max
+    obs_index: tuple[int, ...]  # where each state component enters the observation
+                                # (an angle: its cosine, its sine next)
+    cyclic: tuple[int, ...]  # components that do not enter the dynamics
+    pole_angle: int  # state index of the pendulum's angle ...
+    pole_velocity: int  # ... and of its angular velocity
+    operating_range: tuple[float, ...]  # |x_k| reached in use
+    channels: tuple[tuple[int, int], ...]  # a rig's sensors: (position, velocity) index
+    channel_pos_limits: tuple[float, ...]  # a rig's default safety limits, 0 = none
+    channel_vel_limits: tuple[float, ...]
+    v_max: float  # the simulator's clip on angular velocities, 0 = none
+    term_limit: tuple[float, ...]  # |x_k| that ends an episode, 0 = none
+    x0_low: tuple[float, ...]  # the preset's start box
+    x0_high: tuple[float, ...]
 
     @property
     def nx(self) -> int:
@@ -153,6 +167,9 @@ def init_model(system: str, preset: str | None = None):
     and the preset's name."""
     sid = system_id(system)
     preset = default_preset(system) if preset is None else preset
+    if not isinstance(preset, str):
+        raise ValueError(f"preset must be a preset's name, one of {presets(system)}, got "
+                         f"{preset!r}")
     model = ffi.new("ps_model *")
     if lib.ps_model_init(model, sid, preset.encode()) != lib.PS_OK:
         raise ValueError(f"unknown preset {preset!r} for system {system!r}; "

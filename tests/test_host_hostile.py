@@ -87,7 +87,7 @@ class FakeDevice(threading.Thread):
             self.send(P.Status(P.MODE_DISARMED, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
 
     def run(self):
-        decoder = P.Decoder()
+        decoder = P.Decoder(accept=P.FROM_HOST)  # the device's side
         next_tick = time.monotonic()
         while not self.done.is_set():
             try:
