@@ -321,12 +321,14 @@ def test_c_source_is_dependency_free_and_rejects_non_finite_input(tmp_path):
     model = to_onnx(TinyPolicy("cartpole", "gym"))
     src = generate_c(model)
     includes = [line for line in src.c.splitlines() + src.h.splitlines() if "#include" in line]
-    assert includes == ["#include <math.h>", '#include "policy.h"']
+    # avr/pgmspace.h only where __AVR__ is defined (weights in flash)
+    assert includes == ["#include <math.h>", '#include "policy.h"', "#include <avr/pgmspace.h>"]
+    assert src.c.index("#if defined(__AVR__)") < src.c.index("#include <avr/pgmspace.h>")
     for banned in ("malloc", "printf", "stdio", "static float", "double"):
         assert banned not in src.c
     assert "static const float" in src.c
     assert "int policy_step(const float *obs, float *action);" in src.h
-    assert "flash" in src.h and "RAM" in src.h
+    assert "flash" in src.h and "RAM" in src.h and "estimated" not in src.h
     policy = compile_c(model, tmp_path)
     assert policy.step([0.0, 0.0, 1.0, 0.0, float("nan")]) == (1, 0.0)
     assert policy.step([0.0, float("inf"), 1.0, 0.0, 0.0]) == (1, 0.0)

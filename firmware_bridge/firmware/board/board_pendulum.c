@@ -1,10 +1,13 @@
 /*
  * Reference board back-end: a pendulum on a DC motor, for an Arduino-class
- * board (e.g. a Teensy 4 or an Arduino Due: 32-bit, native USB serial).
+ * board: an Uno (AVR, 16 MHz, the Debian arduino-core-avr tested by
+ * tests/test_boards.py) or a 32-bit one (Teensy, Due) with native USB serial.
  *
  * Hardware (change the pins and constants below to match yours):
  *   - a quadrature encoder on the pendulum shaft (512 lines: 2048 counts per
- *     revolution in x4 decoding), channels A and B on interrupt pins;
+ *     revolution in x4 decoding), channels A and B on interrupt pins of one
+ *     port (the ISR samples both in one read of the port's input register;
+ *     on an Uno pins 2 and 3 are PD2 and PD3);
  *   - an H-bridge with a PWM input and a direction input (Pololu or
  *     Cytron style; for a two-PWM bridge change write_actuator);
  *   - USB serial to the host running `grpo-ctrl run --port /dev/ttyACM0`.
@@ -34,17 +37,35 @@
 static fw_device dev;
 static volatile int32_t encoder_count = COUNTS_PER_REV / 2;
 static volatile uint8_t encoder_state;
+static volatile board_port_bits *encoder_port;
+static board_port_bits mask_a, mask_b;
 static uint64_t clock_high;     /* micros() wraps every 71 minutes: extend it */
 static uint32_t clock_last;
 static uint64_t next_tick;
 
-/* x4 quadrature decoding: index by (previous AB << 2) | new AB */
-static const int8_t QUADRATURE[16] = {0, -1, 1, 0, 1, 0, 0, -1, -1, 0, 0, 1, 0, 1, -1, 0};
+/* x4 quadrature decoding: index by (previous AB << 2) | new AB. In flash on
+ * AVR, where a plain const table would be copied into SRAM. */
+#if defined(__AVR__)
+#define QUADRATURE_AT(i) ((int8_t)pgm_read_byte(&QUADRATURE[i]))
+static const int8_t QUADRATURE[16] PROGMEM =
+#else
+#define QUADRATURE_AT(i) (QUADRATURE[i])
+static const int8_t QUADRATURE[16] =
+#endif
+    {0, -1, 1, 0, 1, 0, 0, -1, -1, 0, 0, 1, 0, 1, -1, 0};
+
+/* A and B from one load of the port: two digitalRead calls would sample the
+ * channels at different instants, and an edge between them is a lost count. */
+static uint8_t read_ab(void)
+{
+  const board_port_bits port = *encoder_port;
+  return (uint8_t)(((port & mask_a) ? 2u : 0u) | ((port & mask_b) ? 1u : 0u));
+}
 
 void board_encoder_isr(void)
 {
-  const uint8_t ab = (uint8_t)((digitalRead(PIN_ENC_A) << 1) | digitalRead(PIN_ENC_B));
-  encoder_count += QUADRATURE[(encoder_state << 2) | ab];
+  const uint8_t ab = read_ab();
+  encoder_count += QUADRATURE_AT((unsigned)(encoder_state << 2) | ab);
   encoder_state = ab;
 }
 
@@ -60,9 +81,9 @@ static uint64_t board_micros(void *ctx)
 static void read_sensors(void *ctx, int32_t *counts)
 {
   (void)ctx;
-  noInterrupts();
+  const board_irq_state irq = board_irq_save();  /* 32 bits: several loads on AVR */
   counts[0] = encoder_count;
-  interrupts();
+  board_irq_restore(irq);
 }
 
 static void write_actuator(void *ctx, float u)
@@ -85,7 +106,10 @@ void board_setup(void)
   pinMode(PIN_ENC_B, INPUT_PULLUP);
   pinMode(PIN_PWM, OUTPUT);
   pinMode(PIN_DIR, OUTPUT);
-  encoder_state = (uint8_t)((digitalRead(PIN_ENC_A) << 1) | digitalRead(PIN_ENC_B));
+  encoder_port = portInputRegister(digitalPinToPort(PIN_ENC_A));
+  mask_a = digitalPinToBitMask(PIN_ENC_A);
+  mask_b = digitalPinToBitMask(PIN_ENC_B);
+  encoder_state = read_ab();
   attachInterrupt((uint8_t)digitalPinToInterrupt(PIN_ENC_A), board_encoder_isr, CHANGE);
   attachInterrupt((uint8_t)digitalPinToInterrupt(PIN_ENC_B), board_encoder_isr, CHANGE);
   fw_config cfg = {0};

@@ -1,6 +1,7 @@
 /*
  * Host test of the reference board back-end against mock_arduino.c: the
- * quadrature decoder, the handshake, arming, the PWM and direction pins,
+ * quadrature decoder (from the port register), the interrupt state around
+ * the count's read, the handshake, arming, the PWM and direction pins,
  * clamping and the watchdog. tests/test_hil.py builds and runs it.
  * Exit status 0 when every check passes; each failure is printed.
  */
@@ -92,6 +93,7 @@ int main(void)
   proto_frame f;
   proto_decoder_init(&dec);
   mock.now_us = 1000;
+  mock.irq_enabled = 1;
   board_setup();
   CHECK(mock.mode[PIN_PWM] == OUTPUT && mock.isr[PIN_A] && mock.isr[PIN_B]);
 
@@ -106,6 +108,17 @@ int main(void)
   run_for(5000);
   received(MSG_STATE, &f);
   CHECK(last_state.pos[0] == 1084);
+
+  /* the count is read with interrupts off, and the previous state restored:
+   * enabled stays enabled, disabled (a caller in a critical section) stays
+   * disabled */
+  const unsigned disables = mock.irq_disables;
+  run_for(5000);
+  CHECK(mock.irq_disables > disables && mock.irq_enabled == 1);
+  mock.irq_enabled = 0;
+  run_for(5000);
+  CHECK(mock.irq_enabled == 0);
+  mock.irq_enabled = 1;
 
   /* the handshake */
   const uint8_t version = PROTO_VERSION;
