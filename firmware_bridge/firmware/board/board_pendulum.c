@@ -39,9 +39,10 @@ static volatile int32_t encoder_count = COUNTS_PER_REV / 2;
 static volatile uint8_t encoder_state;
 static volatile board_port_bits *encoder_port;
 static board_port_bits mask_a, mask_b;
-static uint64_t clock_high;     /* micros() wraps every 71 minutes: extend it */
+static uint32_t clock_high;     /* micros() wraps every 71 minutes: extend it */
 static uint32_t clock_last;
-static uint64_t next_tick;
+static uint32_t next_tick;      /* micros() of the next tick; compared by differences, which
+                                   wrap safely (and cost far less than 64-bit sums on AVR) */
 
 /* x4 quadrature decoding: index by (previous AB << 2) | new AB. In flash on
  * AVR, where a plain const table would be copied into SRAM. */
@@ -73,9 +74,9 @@ static uint64_t board_micros(void *ctx)
 {
   (void)ctx;
   const uint32_t now = (uint32_t)micros();
-  if (now < clock_last) clock_high += (uint64_t)1 << 32;
+  if (now < clock_last) clock_high++;
   clock_last = now;
-  return clock_high | now;
+  return (uint64_t)clock_high << 32 | now;
 }
 
 static void read_sensors(void *ctx, int32_t *counts)
@@ -89,7 +90,7 @@ static void read_sensors(void *ctx, int32_t *counts)
 static void write_actuator(void *ctx, float u)
 {
   (void)ctx;
-  const float duty = (u < 0 ? -u : u) / U_MAX;
+  const float duty = (u < 0 ? -u : u) * (1.0f / U_MAX);
   digitalWrite(PIN_DIR, u >= 0 ? HIGH : LOW);
   analogWrite(PIN_PWM, (int)(duty * PWM_MAX + 0.5f));
 }
@@ -126,7 +127,7 @@ void board_setup(void)
   for (unsigned i = 0; i < sizeof preset; ++i) cfg.preset[i] = preset[i];
   const fw_hw hw = {0, board_micros, read_sensors, write_actuator, serial_write};
   fw_init(&dev, &cfg, &hw);
-  next_tick = board_micros(0) + PERIOD_US;
+  next_tick = (uint32_t)micros() + PERIOD_US;
 }
 
 void board_loop(void)
@@ -135,9 +136,10 @@ void board_loop(void)
     const uint8_t byte = (uint8_t)board_serial_read();
     fw_receive(&dev, &byte, 1);
   }
-  const uint64_t now = board_micros(0);
-  if (now >= next_tick) {
-    dev.tick_late = now >= next_tick + PERIOD_US;
+  const uint32_t now = (uint32_t)micros();
+  const int32_t overdue = (int32_t)(now - next_tick);
+  if (overdue >= 0) {
+    dev.tick_late = overdue >= (int32_t)PERIOD_US;
     fw_tick(&dev);
     next_tick += PERIOD_US;
     if (dev.tick_late) next_tick = now + PERIOD_US;  /* never burst to catch up */

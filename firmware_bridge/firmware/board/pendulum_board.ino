@@ -1,11 +1,11 @@
-// grpo-ctrl pendulum firmware for an Arduino-class board.
+// grpo-ctrl pendulum firmware for an Arduino-class board (an Uno, or a 32-bit one).
 //
-// Put these files in one sketch folder named pendulum_board/:
-//   pendulum_board.ino, board_pendulum.c, board_pendulum.h, arduino_api.h
-//   and, from firmware_bridge/firmware/: fw_core.c, fw_core.h, fw_hw.h,
-//   proto.c, proto.h
-// then build and upload with the Arduino IDE or
-//   arduino-cli compile --fqbn teensy:avr:teensy40 pendulum_board
+// `grpo-ctrl firmware --board uno --out pendulum_board [--policy policy.onnx]`
+// writes the sketch folder: this file, board_pendulum.c, board_pendulum.h,
+// arduino_api.h and, from firmware_bridge/firmware/: fw_core.c, fw_core.h,
+// fw_hw.h, proto.c, proto.h (and policy.c, policy.h). Build and upload with
+// the Arduino IDE or
+//   arduino-cli compile --fqbn arduino:avr:uno pendulum_board
 // Pins, encoder resolution and the actuator calibration are at the top of
 // board_pendulum.c. The host side: grpo-ctrl run --port /dev/ttyACM0 --policy policy.onnx
 #include "arduino_api.h"

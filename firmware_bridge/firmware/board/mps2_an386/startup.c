@@ -1,22 +1,27 @@
 /* Reset and the vector table for a Cortex-M4F: copy .data, zero .bss,
- * turn on the FPU, call main. No interrupt is used; any fault stops in a
- * loop the debugger can see. */
+ * turn on the FPU, call main. SysTick and UART0 RX (IRQ 0) handlers are
+ * the firmware's where it defines them; any fault stops in a loop the
+ * debugger can see. */
 #include <stdint.h>
 
 extern uint32_t _stack_top, _data_load, _data_start, _data_end, _bss_start, _bss_end;
 int main(void);
 void reset_handler(void);
 
-static void fault_handler(void)
+void fault_handler(void);
+void systick_handler(void) __attribute__((weak, alias("fault_handler")));
+void uart0_rx_handler(void) __attribute__((weak, alias("fault_handler")));
+
+void fault_handler(void)
 {
   for (;;) {
   }
 }
 
-__attribute__((section(".vectors"), used)) static void (*const VECTORS[16])(void) = {
+__attribute__((section(".vectors"), used)) static void (*const VECTORS[17])(void) = {
     (void (*)(void))(uintptr_t)&_stack_top, reset_handler, fault_handler, fault_handler,
     fault_handler, fault_handler, fault_handler, 0, 0, 0, 0, fault_handler, fault_handler, 0,
-    fault_handler, fault_handler};
+    fault_handler, systick_handler, uart0_rx_handler};
 
 void reset_handler(void)
 {
