@@ -285,6 +285,84 @@ def check_fit(b: Board, fit: Fit, nobs: int) -> None:
         ("" if h else " (none does)") + "; train a smaller one (grpo-ctrl train --hidden ...)")
 
 
+# ---------------------------------------------------------------- on an emulated MCU
+EMULATOR = {"uno": ("simavr", "simavr"), "mps2-an386": ("qemu-system-arm", "qemu-system-arm")}
+# what one count of target_check.c is: AVR cycles; SysTick periods at 25 MHz,
+# 40 instructions each under QEMU's -icount shift=0
+COUNT_UNIT = {"uno": 1, "mps2-an386": 40}
+
+
+def emulator_missing(b: Board) -> str | None:
+    tool, package = EMULATOR[b.name]
+    if shutil.which(tool) is None:
+        return f"{tool} is not installed; apt-get install {package}"
+    return b.missing()
+
+
+def _check_data(obs) -> str:
+    import numpy as np
+
+    body = ", ".join(f"{float(v):.9g}f" for v in np.asarray(obs, np.float32).reshape(-1))
+    return f"""#include <stdint.h>
+#define CHECK_N {len(obs)}u
+#if defined(__AVR__)
+#include <avr/pgmspace.h>
+static const float CHECK_TABLE[] PROGMEM = {{{body}}};
+#define CHECK_OBS(i) pgm_read_float(&CHECK_TABLE[i])
+#else
+static const float CHECK_TABLE[] = {{{body}}};
+#define CHECK_OBS(i) (CHECK_TABLE[i])
+#endif
+"""
+
+
+def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
+    """Build ``firmware/board/target_check.c`` with the controller for board
+    ``b``, run it on the emulator, and return ``out`` (the commands for
+    ``obs``, float32), per-call ``tick``, ``receive`` and ``policy`` counts
+    in cycles (AVR) or instructions (Cortex-M4F, QEMU -icount), ``mode``
+    and, on AVR, ``stack`` (bytes)."""
+    import numpy as np
+
+    with tempfile.TemporaryDirectory(prefix="grpo_ctrl_check_") as tmp:
+        folder = Path(tmp)
+        for n in CORE_FILES:
+            shutil.copyfile(FIRMWARE / n, folder / n)
+        shutil.copyfile(FIRMWARE / "board" / "target_check.c", folder / "target_check.c")
+        (folder / f"{policy_src.name}.c").write_text(policy_src.c)
+        (folder / f"{policy_src.name}.h").write_text(policy_src.h)
+        (folder / "check_data.h").write_text(_check_data(obs))
+        elf = folder / "check.elf"
+        srcs = [folder / n for n in ("target_check.c", "fw_core.c", "proto.c", "policy.c")]
+        objs = [compile_object(b, c, folder / f"{c.name}.o", (), (folder,)) for c in srcs]
+        if b.name == "uno":
+            _run([b.cc, *b.target_flags, *_OPT[b.name], "-fuse-linker-plugin", "-Wl,--gc-sections",
+                  *objs, "-o", elf, "-lm"], "linking the check image")
+            cmd = ["simavr", "-m", "atmega328p", "-f", str(b.clock_hz), elf]
+        else:
+            start = compile_object(b, FIRMWARE / "board" / "mps2_an386" / "startup.c",
+                                   folder / "startup.o")
+            _run([b.cc, *b.target_flags, *ARM_LINK, "-T",
+                  FIRMWARE / "board" / "mps2_an386" / "mps2_an386.ld", start, *objs, "-o", elf,
+                  "-lm"], "linking the check image")
+            cmd = ["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor", "none",
+                   "-serial", "stdio", "-semihosting-config", "enable=on,target=native",
+                   "-icount", "shift=0", "-kernel", elf]
+        proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
+                              timeout=timeout)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)  # simavr: stderr
+    items = re.findall(r"\b(out|tick|receive|policy|reps|mode|stack|done)\b ?([0-9a-f]*)", text)
+    if not items or items[-1][0] != "done":
+        raise UserError(f"the check image did not finish on {cmd[0]}: {text[-500:]}")
+    outs = np.array([int(v, 16) for k, v in items if k == "out"], np.uint32).view(np.float32)
+    res = {k: int(v) for k, v in items if k not in ("out", "done")}
+    reps = res.pop("reps")
+    for k in ("tick", "receive", "policy"):
+        res[k] = res[k] * COUNT_UNIT[b.name] / reps
+    res["out"] = outs
+    return res
+
+
 # ---------------------------------------------------------------- the command
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--board", required=True, choices=list(BOARDS),
