@@ -197,12 +197,16 @@ def _arduino_core(b: Board, build: Path) -> list[Path]:
 
 
 def build_image(b: Board, project: Path, build: Path, defines=(), keep=(),
-                name: str = "firmware") -> Path:
+                name: str = "firmware", unbounded: bool = False) -> Path:
     """Build the project in ``project`` into ``build/<name>.elf``; objects
     already in ``build`` are reused. ``keep``: functions the link keeps
-    although nothing calls them yet."""
+    although nothing calls them yet. ``unbounded``: link even an image that
+    overflows the chip (to measure by how much; AVR only)."""
     build.mkdir(parents=True, exist_ok=True)
     keep = [f"-Wl,--undefined={k}" for k in keep]
+    if unbounded and b.name == "uno":  # avr-ld's regions, widened for the measurement
+        keep += ["-Wl,--defsym=__TEXT_REGION_LENGTH__=0x40000",
+                 "-Wl,--defsym=__DATA_REGION_LENGTH__=0x10000"]
     elf = build / f"{name}.elf"
     if b.name == "uno":
         core, variant = ARDUINO_AVR / "cores" / "arduino", ARDUINO_AVR / "variants" / "standard"
@@ -239,8 +243,8 @@ def largest_mlp(nobs: int, weight_bytes: int) -> int:
     normalisation) whose constants take at most ``weight_bytes``."""
     if weight_bytes <= 0:
         return 0
-    # 4 (nobs H + H + H^2 + H + H + 1 + 2 nobs) <= bytes
-    a, b_, c = 1.0, nobs + 3.0, 1.0 + 2 * nobs - weight_bytes / 4
+    # 4 (nobs H + H + H^2 + H + H + 2 nobs) <= bytes (the output bias is a literal in the code)
+    a, b_, c = 1.0, nobs + 3.0, 2 * nobs - weight_bytes / 4
     h = int((-b_ + math.sqrt(b_ * b_ - 4 * a * c)) / (2 * a)) if b_ * b_ - 4 * a * c >= 0 else 0
     return max(h, 0)
 
@@ -259,12 +263,12 @@ def measure(b: Board, policy_src=None) -> Fit:
     with tempfile.TemporaryDirectory(prefix="grpo_ctrl_fw_") as tmp:
         project = stage(b, Path(tmp) / "pendulum_board", policy_src)
         build = Path(tmp) / "build"
-        firmware = size_of(b, build_image(b, project, build))
+        firmware = size_of(b, build_image(b, project, build, unbounded=True))
         total = firmware
         if policy_src is not None:
             # nothing calls it until the core's on-device mode does: keep it anyway
             total = size_of(b, build_image(b, project, build, keep=(f"{policy_src.name}_step",),
-                                           name="with_controller"))
+                                           name="with_controller", unbounded=True))
     return Fit(firmware, total, policy_src.size.const_bytes if policy_src else 0,
                policy_src.size.ram_bytes if policy_src else 0)
 

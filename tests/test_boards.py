@@ -1,0 +1,166 @@
+"""Real boards: the firmware built with Debian's cross toolchains at -Werror,
+the controller on an emulated MCU (simavr, QEMU), and processor-in-the-loop:
+the Cortex-M4F firmware in QEMU balancing the pendulum under `grpo-ctrl run`.
+
+Each test skips, naming the apt packages, where its toolchain or emulator is
+missing (.ci/run installs them)."""
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from grpo_ctrl.cli import main
+from grpo_ctrl.errors import UserError
+from grpo_ctrl.export.c_codegen import generate_c
+from grpo_ctrl.export.verify import operating_observations
+from grpo_ctrl.firmware_bridge import boards
+from grpo_ctrl.firmware_bridge.host import run_loop
+
+RIG = Path(__file__).parent / "data" / "pendulum-rig-grpo.onnx"
+UNO, MPS2 = boards.BOARDS["uno"], boards.BOARDS["mps2-an386"]
+
+
+def need(missing: str | None) -> None:
+    if missing:
+        pytest.skip(missing)
+
+
+def widened(h: int, path: Path) -> Path:
+    """The rig policy's graph and metadata with 3-h-h-1 random weights."""
+    model = onnx.load(RIG)
+    rng = np.random.default_rng(h)
+    shapes = {"net.0.weight": (h, 3), "net.0.bias": (h,), "net.2.weight": (h, h),
+              "net.2.bias": (h,), "net.4.weight": (1, h)}
+    for t in model.graph.initializer:
+        if t.name in shapes:
+            t.CopyFrom(numpy_helper.from_array(
+                (rng.standard_normal(shapes[t.name]) * 0.1).astype(np.float32), t.name))
+    onnx.save(model, path)
+    return path
+
+
+def test_largest_mlp_is_the_widest_whose_weights_fit():
+    def weights(h):  # 3-h-h-1 with input normalisation (mean, 1/std), 4 B a float;
+        return 4 * (3 * h + h + h * h + h + h + 2 * 3)  # the output bias is a literal
+    assert weights(64) == 17944 == generate_c(onnx.load(RIG)).size.const_bytes
+    assert boards.largest_mlp(3, weights(64)) == 64
+    assert boards.largest_mlp(3, weights(65) - 1) == 64
+    assert boards.largest_mlp(3, 10) == 0
+
+
+def test_missing_toolchain_is_named_with_its_apt_packages(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert "apt-get install gcc-avr avr-libc arduino-core-avr" in UNO.missing()
+    assert "apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi" in MPS2.missing()
+    assert "apt-get install simavr" in boards.emulator_missing(UNO)
+    # the project is still written, and the command says it was not built
+    assert main(["firmware", "--board", "uno", "--out", str(tmp_path / "sk")]) == 0
+    assert "not built" in capsys.readouterr().out and (tmp_path / "sk" / "sk.ino").is_file()
+
+
+def test_uno_sketch_builds_with_the_arduino_core_and_the_default_policy_fits(tmp_path, capsys):
+    """The sketch folder as the command writes it builds with Debian's
+    arduino-core-avr and -Werror on its own files, and the 3-64-64-1
+    policy, weights in flash, fits the Uno's 32256 B."""
+    need(UNO.missing())
+    out = tmp_path / "pendulum_board"
+    assert main(["firmware", "--board", "uno", "--out", str(out), "--policy", str(RIG)]) == 0
+    printed = capsys.readouterr().out
+    assert "with the controller linked in" in printed
+    names = {p.name for p in out.iterdir()}
+    assert {"pendulum_board.ino", "board_pendulum.c", "arduino_api.h", "fw_core.c", "proto.c",
+            "policy.c", "policy.h"} <= names
+    # the folder as written (what the Arduino IDE compiles), built again here
+    elf = boards.build_image(UNO, out, tmp_path / "build", keep=("policy_step",))
+    size = boards.size_of(UNO, elf)
+    assert size.flash <= UNO.flash
+    # weights in flash: linking the controller in adds no static RAM
+    bare = boards.size_of(UNO, boards.build_image(UNO, out, tmp_path / "build", name="bare"))
+    assert size.ram == bare.ram and size.flash - bare.flash > 17944
+    assert size.ram + 512 + UNO.stack_reserve <= UNO.ram
+
+
+def test_a_controller_too_big_for_the_uno_is_refused_with_the_largest_that_fits(tmp_path, capsys):
+    need(UNO.missing())
+    big = widened(80, tmp_path / "big.onnx")
+    out = tmp_path / "sk"
+    assert main(["firmware", "--board", "uno", "--out", str(out), "--policy", str(big)]) == 2
+    msg = capsys.readouterr().err
+    assert msg.count("\n") == 1 and "Traceback" not in msg
+    assert "does not fit the uno" in msg and "of 32256 B" in msg
+    h = int(re.search(r"H = (\d+)", msg).group(1))
+    assert 40 <= h < 80 and not out.exists()
+    # the network it names does fit (a real build says so), one wider does not
+    fits = boards.measure(UNO, generate_c(onnx.load(widened(h, tmp_path / "h.onnx"))))
+    boards.check_fit(UNO, fits, 3)
+    wider = boards.measure(UNO, generate_c(onnx.load(widened(h + 2, tmp_path / "h2.onnx"))))
+    with pytest.raises(UserError):
+        boards.check_fit(UNO, wider, 3)
+
+
+def test_mps2_project_builds_with_its_makefile(tmp_path, capsys):
+    need(MPS2.missing())
+    out = tmp_path / "pil"
+    assert main(["firmware", "--board", "mps2-an386", "--out", str(out)]) == 0
+    assert "firmware: flash" in capsys.readouterr().out
+    r = subprocess.run(["make", "-C", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (out / "firmware.elf").is_file()
+
+
+@pytest.mark.parametrize("board", [UNO, MPS2], ids=lambda b: b.name)
+def test_default_policy_on_the_emulated_mcu_matches_onnxruntime(board):
+    """The generated C of the rig policy, built for the chip (weights in
+    flash on AVR, 16-bit int, avr-libc's float maths) and run on simavr /
+    QEMU, against onnxruntime on the host."""
+    need(boards.emulator_missing(board))
+    model = onnx.load(RIG)
+    obs = operating_observations("pendulum", "rig", 48, seed=3)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = session.run(None, {session.get_inputs()[0].name: obs})[0].reshape(-1)
+    r = boards.target_check(board, generate_c(model), obs)
+    assert r["out"].shape == want.shape
+    assert np.max(np.abs(r["out"] - want)) <= 1e-5
+    assert np.ptp(want) > 0.1  # the observations exercise the network, not one saturated value
+    assert r["mode"] == 1      # the core was armed while its tick was timed
+    assert 0 < r["tick"] < r["policy"]
+
+
+def start_pil(elf: Path):
+    """QEMU running the PIL image, its UART0 on a pseudo-terminal: (process, /dev/pts/N)."""
+    proc = subprocess.Popen(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor",
+                             "none", "-serial", "pty", "-kernel", str(elf)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = proc.stdout.readline()
+    m = re.search(r"(/dev/pts/\d+)", line)
+    if not m:
+        proc.kill()
+        pytest.fail(f"QEMU did not offer a pty: {line}")
+    time.sleep(0.5)  # reset and UART set-up
+    return proc, m.group(1)
+
+
+def test_pil_cortex_m4_in_qemu_balances_the_rig_for_10_s_host_computed(tmp_path):
+    """Processor in the loop: the cross-compiled firmware core and the
+    simulated pendulum on the emulated Cortex-M4F, the host loop on its
+    UART; held at 0.1 rad until armed, it must stay up for 10 s."""
+    need(boards.emulator_missing(MPS2))
+    project = boards.stage(MPS2, tmp_path / "pil")
+    elf = boards.build_image(MPS2, project, tmp_path / "build")
+    proc, port = start_pil(elf)
+    try:
+        s = run_loop(port, RIG, 10.0, tmp_path / "pil.csv", print_fn=lambda *_: None)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert s["ended"] == "completed" and s["disarm_acknowledged"], s
+    assert s["device_rate_hz"] == pytest.approx(200, rel=0.05)
+    assert s["max_abs_angle"] < 0.2
