@@ -62,6 +62,8 @@ def main() -> int:
               f"policy ({fit.const_bytes} B weights) of {b.flash} B; static RAM "
               f"{fit.total.ram} B + {fit.scratch} B policy scratch" +
               (f"; deepest stack in the check {r['stack']} B" if "stack" in r else ""))
+        print(f"  core + policy alone (the check image): flash {r['image'].flash} B, static RAM "
+              f"{r['image'].ram} B")
         print(f"  fw_tick {r['tick']:.0f}, fw_receive (one COMMAND) {r['receive']:.0f}, "
               f"policy_step {r['policy']:.0f} {unit}")
         shares = {}
@@ -76,7 +78,8 @@ def main() -> int:
         results[name] = {"unit": unit, "tick": r["tick"], "receive": r["receive"],
                          "policy": r["policy"], "stack": r.get("stack"),
                          "flash_firmware": fit.firmware.flash, "flash_with_policy": fit.total.flash,
-                         "ram_static": fit.total.ram, "policy_scratch": fit.scratch,
+                         "ram_static": fit.total.ram, "check_image_flash": r["image"].flash,
+                         "check_image_ram": r["image"].ram, "policy_scratch": fit.scratch,
                          "rate_hz": rate, "shares": shares}
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -324,8 +324,9 @@ def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
     """Build ``firmware/board/target_check.c`` with the controller for board
     ``b``, run it on the emulator, and return ``out`` (the commands for
     ``obs``, float32), per-call ``tick``, ``receive`` and ``policy`` counts
-    in cycles (AVR) or instructions (Cortex-M4F, QEMU -icount), ``mode``
-    and, on AVR, ``stack`` (bytes)."""
+    in cycles (AVR) or instructions (Cortex-M4F, QEMU -icount), ``mode``,
+    ``image`` (the check image's Sizes: core + controller, no board
+    back-end) and, on AVR, ``stack`` (bytes)."""
     import numpy as np
 
     with tempfile.TemporaryDirectory(prefix="grpo_ctrl_check_") as tmp:
@@ -354,6 +355,7 @@ def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
                    "-icount", "shift=0", "-kernel", elf]
         proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
                               timeout=timeout)
+        image = size_of(b, elf)
     text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)  # simavr: stderr
     items = re.findall(r"\b(out|tick|receive|policy|reps|mode|stack|done)\b ?([0-9a-f]*)", text)
     if not items or items[-1][0] != "done":
@@ -364,6 +366,7 @@ def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
     for k in ("tick", "receive", "policy"):
         res[k] = res[k] * COUNT_UNIT[b.name] / reps
     res["out"] = outs
+    res["image"] = image
     return res
 
 
