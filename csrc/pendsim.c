@@ -3,6 +3,7 @@
  * The plants' equations live in plants.c.
  */
 #include "pendsim.h"
+#include "plant_layout.h"
 #include "plants.h"
 
 #include <math.h>
@@ -269,6 +270,8 @@ static void reset_env(const ps_model *m, ps_data *d, int b)
  * Public API.
  * ---------------------------------------------------------------------- */
 void ps_observe(const ps_model *m, ps_data *d, float *obs) { observe_all(m, d, obs); }
+
+void ps_observation(int system, const double *x, float *obs) { observation(system, x, obs); }
 
 void ps_reset(const ps_model *m, ps_data *d, const uint8_t *mask, float *obs)
 {

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
         return int(module.run(args) or 0)
-    except (UserError, ValueError, FileNotFoundError, PermissionError, IsADirectoryError) as e:
+    except UserError as e:  # only these: any other exception is a bug and keeps its traceback
         print(f"grpo-ctrl {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

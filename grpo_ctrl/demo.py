@@ -38,7 +38,7 @@ def _controller(args, out: Path):
     if args.quick:
         print(f"[1/4] controller: swing-up-plus-LQR baseline for {args.system}/{args.preset}")
         return load_controller("swingup-lqr", args.system, args.preset)
-    from grpo_ctrl.grpo import default_config
+    from grpo_ctrl.grpo_config import default_config
     from grpo_ctrl.train import train
     cfg = default_config(args.system, args.preset)
     cfg.time_budget, cfg.seed = args.budget, args.seed
@@ -54,7 +54,8 @@ def _controller(args, out: Path):
 def run(args) -> int:
     from grpo_ctrl.export.onnx_export import export_onnx
     from grpo_ctrl.firmware_bridge.hil import serve_hil
-    from grpo_ctrl.firmware_bridge.host import format_summary, run_loop
+    from grpo_ctrl.firmware_bridge.host import run_loop
+    from grpo_ctrl.firmware_bridge.loop import format_summary
 
     if not args.budget > 0 or not args.duration > 0:
         raise UserError("--budget and --duration must be positive numbers of seconds")
@@ -92,6 +93,6 @@ def _final_angle(system: str, x: np.ndarray) -> float | None:
     """The pendulum's angle from upright at the end of the HIL trace."""
     if len(x) == 0:
         return None
-    from grpo_ctrl.baselines.evaluate import POLE
-    a = float(x[-1, POLE[system][0]])
+    from grpo_ctrl.plant import plant_spec
+    a = float(x[-1, plant_spec(system).pole_angle])
     return math.remainder(a, 2 * math.pi)

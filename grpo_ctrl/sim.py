@@ -14,11 +14,10 @@ with ``copy=False``): copy them if you keep them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from grpo_ctrl._pendsim import ffi, lib
+from grpo_ctrl.plant import PlantSpec, default_preset, init_model, presets, spec_of_model, systems  # noqa: F401 (re-exported)
 
 MAX_DELAY = lib.PS_MAX_DELAY
 INTEGRATORS = {"euler": lib.PS_EULER, "semi_euler": lib.PS_SEMI_EULER, "rk4": lib.PS_RK4}
@@ -35,59 +34,6 @@ _ERRORS = {
     lib.PS_ERR_INDEX: "an environment index is out of range",
     lib.PS_ERR_MODEL: "a model field is out of range",
 }
-
-
-def systems() -> list[str]:
-    """Names of the plants the simulator knows."""
-    return [ffi.string(lib.ps_system_name(s)).decode() for s in range(lib.PS_NUM_SYSTEMS)]
-
-
-def presets(system: str) -> list[str]:
-    """Names of the parameter presets of ``system``."""
-    sid = _system_id(system)
-    return [ffi.string(lib.ps_preset_name(sid, k)).decode()
-            for k in range(lib.ps_num_presets(sid))]
-
-
-def default_preset(system: str) -> str:
-    return presets(system)[0]
-
-
-def _system_id(system: str) -> int:
-    sid = lib.ps_system_id(system.encode()) if isinstance(system, str) else -1
-    if sid < 0:
-        raise ValueError(f"unknown system {system!r}; choose one of {systems()}")
-    return sid
-
-
-def _names(fn, sid: int, n: int) -> tuple[str, ...]:
-    return tuple(ffi.string(fn(sid, k)).decode() for k in range(n))
-
-
-@dataclass(frozen=True)
-class PlantSpec:
-    """What a controller needs to know of a plant: sizes, names and limits."""
-    system: str
-    preset: str
-    dt: float
-    u_max: float
-    max_steps: int
-    state_names: tuple[str, ...]
-    obs_names: tuple[str, ...]
-    param_names: tuple[str, ...]
-    action_name: str
-    action_unit: str
-
-    @property
-    def nx(self) -> int:
-        return len(self.state_names)
-
-    @property
-    def nobs(self) -> int:
-        return len(self.obs_names)
-
-
-_ACTION = {"pendulum": ("torque", "N*m"), "cartpole": ("force", "N"), "furuta": ("voltage", "V")}
 
 
 def _check_indices(idx, n: int, what: str) -> np.ndarray:
@@ -117,25 +63,14 @@ class BatchSim:
 
     def __init__(self, system: str = "pendulum", num_envs: int = 1, preset: str | None = None,
                  seed: int = 0, autoreset: bool = False, **model):
-        sid = _system_id(system)
-        preset = default_preset(system) if preset is None else preset
         if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
-        self._model = ffi.new("ps_model *")
-        if lib.ps_model_init(self._model, sid, preset.encode()) != lib.PS_OK:
-            raise ValueError(f"unknown preset {preset!r} for system {system!r}; "
-                             f"choose one of {presets(system)}")
+        self._model, preset = init_model(system, preset)
         self._apply_overrides(model)
         m = self._model
         self.system, self.preset, self.num_envs = system, preset, int(num_envs)
         self.autoreset = bool(autoreset)
-        self.spec = PlantSpec(
-            system=system, preset=preset, dt=float(m.dt), u_max=float(m.u_max),
-            max_steps=int(m.max_steps),
-            state_names=_names(lib.ps_state_name, sid, m.nx),
-            obs_names=_names(lib.ps_obs_name, sid, m.nobs),
-            param_names=_names(lib.ps_param_name, sid, m.nparam),
-            action_name=_ACTION[system][0], action_unit=_ACTION[system][1])
+        self.spec = spec_of_model(m, preset)
         B = self.num_envs
         # state, component-major (structure-of-arrays)
         self._x = np.zeros((m.nx, B))

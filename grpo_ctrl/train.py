@@ -1,9 +1,5 @@
-"""``grpo-ctrl train``: run GRPO on one plant, writing a run folder.
-
-The run folder holds ``config.toml`` (the resolved configuration, loadable
-with ``--config``), ``metrics.jsonl`` (one line per iteration),
-``curve.png`` (the training curve), and the checkpoints ``latest.pt`` and
-``best.pt`` (best deterministic evaluation return so far).
+"""``grpo-ctrl train``: run GRPO on one plant, writing a run folder
+(its files: ``grpo_ctrl.run_folder``).
 
 Configuration precedence: per-plant defaults < ``--config`` file < flags.
 Every ``GRPOConfig`` field is a flag (``num_starts`` -> ``--num-starts``).
@@ -14,16 +10,22 @@ import argparse
 import json
 import math
 import time
-import tomllib
 from dataclasses import asdict, fields
 from datetime import datetime
 from pathlib import Path
 
+try:
+    import tomllib  # novermin: 3.10 takes the except branch
+except ModuleNotFoundError:  # Python 3.10: tomli is the same parser (pyproject requires it there)
+    import tomli as tomllib
+
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write, save_figure
-from grpo_ctrl.grpo import CHOICES, GRPOConfig, Trainer, check_config, default_config
+from grpo_ctrl.grpo import Trainer
+from grpo_ctrl.grpo_config import CHOICES, GRPOConfig, check_config, default_config
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
-from grpo_ctrl.sim import presets, systems, default_preset
+from grpo_ctrl.run_folder import BEST, CONFIG, CURVE, LATEST, METRICS, checkpoint_file
+from grpo_ctrl.plant import presets, systems, default_preset
 
 RUN_KEYS = ("system", "preset")  # what config.toml holds besides the GRPOConfig fields
 
@@ -45,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar = ("|".join(CHOICES[f.name]) if f.name in CHOICES else
                    "true|false" if kind is _boolean else kind.__name__.upper())
         g.add_argument(flag, dest=f.name, type=kind, default=None, metavar=metavar,
-                       help=_field_doc(f.name))
+                       help=f.metadata["doc"].replace("%", "%%"))
 
 
 def _boolean(text: str) -> bool:
@@ -56,22 +58,14 @@ def _boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def _field_doc(name: str) -> str:
-    """The one-line comment after the field in GRPOConfig's source."""
-    import inspect
-    for line in inspect.getsource(GRPOConfig).splitlines():
-        head = line.strip()
-        if head.startswith(name + ":") and "#" in head:
-            return head.split("#", 1)[1].strip().replace("%", "%%")
-    return ""
-
-
 def read_toml(path: str) -> dict:
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
     except FileNotFoundError:
         raise UserError(f"config file {path!r} does not exist") from None
+    except OSError as e:  # a folder, or unreadable
+        raise UserError(f"cannot read config file {path!r}: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"config file {path!r} is not valid TOML: {e}") from None
     known = {f.name for f in fields(GRPOConfig)} | set(RUN_KEYS)
@@ -103,9 +97,10 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path]:
     if args.resume:
         if out is None:
             raise UserError("--resume needs --out RUN_FOLDER (the run to continue)")
-        if not (out / "config.toml").is_file() or not (out / "latest.pt").is_file():
-            raise UserError(f"cannot resume {str(out)!r}: it has no config.toml and latest.pt")
-        file_cfg = read_toml(str(out / "config.toml"))
+        if not (out / CONFIG).is_file() or not (out / checkpoint_file(LATEST)).is_file():
+            raise UserError(f"cannot resume {str(out)!r}: it has no {CONFIG} and "
+                            f"{checkpoint_file(LATEST)}")
+        file_cfg = read_toml(str(out / CONFIG))
     if args.config:
         file_cfg.update(read_toml(args.config))
     system = args.system or file_cfg.get("system") or "pendulum"
@@ -140,9 +135,13 @@ class RunFolder:
 
     def __init__(self, out: Path, system: str, preset: str, cfg: GRPOConfig, resume: bool):
         self.out = out
-        out.mkdir(parents=True, exist_ok=True)
-        write_toml(out / "config.toml", {"system": system, "preset": preset, **asdict(cfg)})
-        self.metrics = open(out / "metrics.jsonl", "a" if resume else "w")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"cannot create run folder {str(out)!r}: {e.strerror or e}; choose "
+                            "another --out") from None
+        write_toml(out / CONFIG, {"system": system, "preset": preset, **asdict(cfg)})
+        self.metrics = open(out / METRICS, "a" if resume else "w")
 
     def log(self, row: dict) -> None:
         self.metrics.write(json.dumps(row) + "\n")
@@ -151,7 +150,7 @@ class RunFolder:
     def checkpoint(self, trainer: Trainer, name: str, extra: dict) -> None:
         ck = trainer.policy.checkpoint(trainer.spec, asdict(trainer.cfg),
                                        {**extra, "trainer": trainer.state()})
-        save_checkpoint(ck, self.out / f"{name}.pt")
+        save_checkpoint(ck, self.out / checkpoint_file(name))
 
     def close(self) -> None:
         self.metrics.close()
@@ -199,7 +198,7 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
     folder = RunFolder(out, system, preset, cfg, resume) if out is not None else None
     wall, best, evals_done = 0.0, -math.inf, 0
     if resume:
-        ck = read_checkpoint(out / "latest.pt")
+        ck = read_checkpoint(out / checkpoint_file(LATEST))
         trainer.load_state(GaussianPolicy.from_checkpoint(ck), ck["trainer"])
         wall, best = float(ck.get("wall_time", 0.0)), float(ck.get("best_return", -math.inf))
     start_wall, next_eval = wall, wall
@@ -232,8 +231,8 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
                     extra = {"wall_time": wall, "best_return": max(best, last_eval),
                              "eval_return": last_eval}
                     if last_eval > best:
-                        folder.checkpoint(trainer, "best", extra)
-                    folder.checkpoint(trainer, "latest", extra)
+                        folder.checkpoint(trainer, BEST, extra)
+                    folder.checkpoint(trainer, LATEST, extra)
             if last_eval is not None:
                 best = max(best, last_eval)
             if not math.isinf(budget):
@@ -252,12 +251,12 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
             final_eval, _ = trainer.evaluate()
             extra = {"wall_time": wall, "best_return": max(best, final_eval),
                      "eval_return": final_eval}
-            if final_eval > best or not (out / "best.pt").exists():
-                folder.checkpoint(trainer, "best", extra)
+            if final_eval > best or not (out / checkpoint_file(BEST)).exists():
+                folder.checkpoint(trainer, BEST, extra)
             best = max(best, final_eval)
-            folder.checkpoint(trainer, "latest", extra)
+            folder.checkpoint(trainer, LATEST, extra)
             folder.close()
-            plot_curve(out / "metrics.jsonl", out / "curve.png")
+            plot_curve(out / METRICS, out / CURVE)
     return {"trainer": trainer, "best_return": best, "wall_time": wall,
             "iterations": trainer.iteration, "out": out}
 

@@ -12,7 +12,7 @@ import pytest
 
 from grpo_ctrl.firmware_bridge import protocol as P
 from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil, spawn_hil
-from grpo_ctrl.firmware_bridge.host import Link
+from grpo_ctrl.firmware_bridge.link import Link
 from grpo_ctrl.sim import BatchSim
 
 RIG_PERIOD_US = 5000

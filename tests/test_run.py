@@ -15,7 +15,8 @@ import pytest
 
 from grpo_ctrl.firmware_bridge import protocol as P
 from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil
-from grpo_ctrl.firmware_bridge.host import read_telemetry, run_loop
+from grpo_ctrl.firmware_bridge.host import run_loop
+from grpo_ctrl.firmware_bridge.telemetry import read_telemetry
 
 CLI = [sys.executable, "-m", "grpo_ctrl.cli"]
 

@@ -17,6 +17,7 @@
 #endif
 
 #include "pendsim.h"
+#include "plant_layout.h"
 
 #define TXQ 128  /* device -> host frames waiting for their release time */
 
@@ -170,11 +171,12 @@ int hil_init(hil_sim *h, const hil_options *o)
   /* the sensors: encoders on the angles, a linear encoder on a cart */
   fw_config cfg;
   memset(&cfg, 0, sizeof cfg);
-  static const int CHANNELS[PS_NUM_SYSTEMS][2] = {{0, -1}, {0, 2}, {0, 1}};
+  ps_layout layout;
+  ps_plant_layout(o->system, &layout);  /* the system is known: ps_model_init took it */
   const double PI = 3.14159265358979323846;
-  for (int c = 0; c < 2 && CHANNELS[o->system][c] >= 0; ++c) {
-    const int k = CHANNELS[o->system][c];
-    const int angle = !(o->system == PS_CARTPOLE && k == 0);
+  for (int c = 0; c < layout.n_channels && c < PROTO_MAX_CHANNELS; ++c) {
+    const int k = layout.channel_position[c];
+    const int angle = layout.is_angle[k];
     const double per_unit = angle ? (h->m.enc_counts[k] > 0 ? h->m.enc_counts[k] : 4096.0)
                                   : 10000.0;  /* 0.1 mm */
     h->state_index[c] = k;

@@ -4,15 +4,15 @@ On the C simulator (batched, every episode at once) by default; with
 ``--gym`` on Gymnasium's own ``Pendulum-v1``, so the numbers compare with
 published ones. Trained policies act with their deterministic (mean) action,
 the deployed controller. Success: never terminated, and upright and still at
-the end (``grpo_ctrl.baselines.evaluate.upright_and_still``).
+the end (``grpo_ctrl.closed_loop.upright_and_still``).
 """
 from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
-from grpo_ctrl.controller import BASELINES, load_controller
+from grpo_ctrl.baselines import BASELINES
+from grpo_ctrl.closed_loop import evaluate_on_gym, evaluate_on_sim
+from grpo_ctrl.controller import load_controller
 from grpo_ctrl.errors import UserError
 
 
@@ -26,32 +26,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the start states (default 0)")
     p.add_argument("--gym", action="store_true",
                    help="evaluate on Gymnasium's Pendulum-v1 (pendulum/gym controllers only)")
-
-
-def summarise(returns: np.ndarray, success: np.ndarray) -> dict:
-    return {"episodes": int(returns.size), "mean": float(returns.mean()),
-            "median": float(np.median(returns)), "worst": float(returns.min()),
-            "success": float(success.mean())}
-
-
-def evaluate_on_sim(controller, episodes: int, seed: int = 0) -> dict:
-    """Scores over ``episodes`` batched episodes on the C simulator."""
-    from grpo_ctrl.baselines.evaluate import evaluate
-    ep = evaluate(controller, episodes, seed=seed)
-    return summarise(ep.returns, ep.success)
-
-
-def evaluate_on_gym(controller, episodes: int = 100, seed: int = 0) -> dict:
-    """Scores on Gymnasium's own Pendulum-v1: episode i is reset with seed
-    ``seed + i``; all episodes step in lockstep so each control step is one
-    batched forward pass."""
-    from grpo_ctrl.baselines.evaluate import evaluate_on_gymnasium_pendulum
-    spec = controller.spec
-    if (spec.system, spec.preset) != ("pendulum", "gym"):
-        raise UserError(f"--gym evaluates on Gymnasium's Pendulum-v1, which is the pendulum/gym "
-                        f"preset; this controller is for {spec.system}/{spec.preset}")
-    ep = evaluate_on_gymnasium_pendulum(controller, episodes, seed=seed)
-    return summarise(ep.returns, ep.success)
 
 
 def resolve_controller(args):
