@@ -88,7 +88,7 @@ _OPT = {"uno": ("-Os", "-ffunction-sections", "-fdata-sections", "-flto", "-fno-
         "mps2-an386": ("-Os", "-ffunction-sections", "-fdata-sections")}
 ARM_LINK = ("-nostartfiles", "-Wl,--gc-sections", "--specs=nano.specs", "--specs=nosys.specs")
 MPS2_FILES = ("board_mps2.c", "startup.c", "mps2_an386.ld")
-PLANT_FILES = ("pendsim.c", "pendsim.h", "plants.c", "plants.h", "exact_math.h", "sin_table.h")
+PLANT_SOURCES = ("pendsim.c", "plants.c")  # and every header of csrc/
 
 
 @dataclass
@@ -141,8 +141,8 @@ def project_files(b: Board, sketch: str = "pendulum_board") -> dict[str, Path]:
     else:
         for n in MPS2_FILES:
             files[n] = board_dir / "mps2_an386" / n
-        for n in PLANT_FILES:
-            files[n] = CSRC / n
+        for src in [CSRC / n for n in PLANT_SOURCES] + sorted(CSRC.glob("*.h")):
+            files[src.name] = src
         files["Makefile"] = board_dir / "mps2_an386" / "Makefile"
     return files
 
