@@ -224,9 +224,13 @@ def build_image(b: Board, project: Path, build: Path, defines=(), keep=(),
                   "-fno-threadsafe-statics", *WARNINGS, *_OPT[b.name], *defines, *[f"-I{i}" for i in inc], "-c", cpp, "-o", obj],
                  f"compiling {ino.name} for {b.name}")
             objs.append(obj)
-        objs += _arduino_core(b, build)
+        # the core goes in as an archive, as the Arduino tools link it: only
+        # the members something needs (Tone.cpp's timer interrupt stays out)
+        core_a = build / "core.a"
+        if not core_a.exists():
+            _run(["avr-gcc-ar", "rcs", core_a, *_arduino_core(b, build)], "archiving the core")
         _run([b.cc, *b.target_flags, *_OPT[b.name], "-fuse-linker-plugin", "-Wl,--gc-sections",
-              *keep, *objs, "-o", elf, "-lm"],
+              *keep, *objs, core_a, f"-L{build}", "-o", elf, "-lm"],
              f"linking the {b.name} image")
     else:
         inc = (project,)
