@@ -5,8 +5,11 @@
  * motor and encoder, the protocol on UART0. The host runs
  * `grpo-ctrl run --port /dev/pts/N` against it as against a board.
  *
- * Time is SysTick at the 25 MHz system clock, interrupting every millisecond
- * (QEMU runs it on its virtual clock, which follows the host's clock). The
+ * Time is the CMSDK timer 0, a 32-bit down-counter at the 25 MHz system
+ * clock, extended to 64 bits in software (QEMU runs it on its virtual clock,
+ * which follows the host's clock). Counting SysTick interrupts instead loses
+ * time whenever QEMU takes an interrupt more than a period late, as it does
+ * on a busy host. SysTick only wakes the loop every millisecond. The
  * UART0 receive interrupt moves each byte into a ring at once, and the main
  * loop sleeps (WFI) when idle: QEMU hands the pty's bytes to the one-byte
  * UART one at a time from its I/O thread, which then gets a CPU instead of
@@ -44,14 +47,15 @@
 #define UART0_BAUDDIV (*(volatile uint32_t *)0x40004010u)
 #define UART_TX_FULL 1u
 #define UART_RX_FULL 2u
+/* CMSDK APB timer 0 */
+#define TIMER0_CTRL (*(volatile uint32_t *)0x40000000u)
+#define TIMER0_VALUE (*(volatile uint32_t *)0x40000004u)
+#define TIMER0_RELOAD (*(volatile uint32_t *)0x40000008u)
 /* SysTick, the interrupt controls */
 #define SYST_CSR (*(volatile uint32_t *)0xE000E010u)
 #define SYST_RVR (*(volatile uint32_t *)0xE000E014u)
 #define SYST_CVR (*(volatile uint32_t *)0xE000E018u)
-#define SCB_ICSR (*(volatile uint32_t *)0xE000ED04u)
-#define ICSR_PENDSTSET (1u << 26)
 #define NVIC_ISER0 (*(volatile uint32_t *)0xE000E100u)
-#define TICKS_PER_MS (SYSCLK_HZ / 1000u)
 #define RX_RING 256u
 
 static fw_device dev;
@@ -68,9 +72,10 @@ static uint8_t tx[TX_RING];
 static uint32_t tx_head, tx_len, tx_dropped;
 static volatile uint8_t rx[RX_RING];
 static volatile uint32_t rx_in, rx_out, rx_overflows;  /* written by the ISR / by main */
-static volatile uint32_t clock_ms;
+static uint64_t clock_ticks;
+static uint32_t clock_last;
 
-void systick_handler(void) { clock_ms++; }
+void systick_handler(void) {}  /* a wake-up only */
 
 void uart0_rx_handler(void)
 {
@@ -82,19 +87,14 @@ void uart0_rx_handler(void)
   }
 }
 
+/* Called far more often than the counter wraps (every 172 s); main loop only. */
 static uint64_t hw_micros(void *ctx)
 {
   (void)ctx;
-  uint32_t primask;
-  __asm__ __volatile__("mrs %0, primask\n\tcpsid i" : "=r"(primask)::"memory");
-  uint64_t ms = clock_ms;
-  uint32_t left = SYST_CVR;
-  if (SCB_ICSR & ICSR_PENDSTSET) {  /* wrapped, not yet counted: count it, read after the wrap */
-    ms++;
-    left = SYST_CVR;
-  }
-  __asm__ __volatile__("msr primask, %0" ::"r"(primask) : "memory");
-  return ms * 1000u + (TICKS_PER_MS - 1u - left) / (TICKS_PER_MS / 1000u);
+  const uint32_t now = TIMER0_VALUE;
+  clock_ticks += clock_last - now;  /* counting down, modulo 2^32 */
+  clock_last = now;
+  return clock_ticks / (SYSCLK_HZ / 1000000u);
 }
 
 static void hw_read_sensors(void *ctx, int32_t *counts)
@@ -165,9 +165,13 @@ int main(void)
   UART0_BAUDDIV = 16;  /* the minimum; QEMU does not pace the line by it */
   UART0_CTRL = 0xBu;   /* TX and RX enabled, RX interrupt */
   NVIC_ISER0 = 1u;     /* IRQ 0: UART0 RX */
-  SYST_RVR = TICKS_PER_MS - 1u;
+  TIMER0_RELOAD = 0xFFFFFFFFu;
+  TIMER0_VALUE = 0xFFFFFFFFu;
+  TIMER0_CTRL = 1u;    /* enabled, no interrupt */
+  clock_last = TIMER0_VALUE;
+  SYST_RVR = SYSCLK_HZ / 1000u - 1u;
   SYST_CVR = 0;
-  SYST_CSR = 7;        /* processor clock, interrupt, enabled */
+  SYST_CSR = 7;        /* processor clock, interrupt every millisecond, enabled */
   plant_init();
 
   fw_config cfg;
