@@ -66,6 +66,19 @@ def test_missing_toolchain_is_named_with_its_apt_packages(monkeypatch, tmp_path,
     assert "not built" in capsys.readouterr().out and (tmp_path / "sk" / "sk.ino").is_file()
 
 
+def test_a_controller_for_another_plant_is_refused_before_anything_is_written(tmp_path, capsys):
+    model = onnx.load(RIG)
+    for prop in model.metadata_props:
+        if prop.key == "grpo_ctrl.system":
+            prop.value = "cartpole"
+    onnx.save(model, tmp_path / "cartpole.onnx")
+    out = tmp_path / "sk"
+    assert main(["firmware", "--board", "uno", "--out", str(out), "--policy",
+                 str(tmp_path / "cartpole.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert "cartpole" in err and "pendulum" in err and not out.exists()
+
+
 def test_uno_sketch_builds_with_the_arduino_core_and_the_default_policy_fits(tmp_path, capsys):
     """The sketch folder as the command writes it builds with Debian's
     arduino-core-avr and -Werror on its own files, and the 3-64-64-1
