@@ -13,7 +13,7 @@ Boards:
 * ``mps2-an386``: Arm's MPS2 board with the AN386 Cortex-M4F image, as
   ``qemu-system-arm -M mps2-an386`` emulates it: bare-metal C (startup,
   linker script, Makefile) with the pendulum simulated on the chip and the
-  protocol on UART0: the processor-in-the-loop target (``qemu_pil``).
+  protocol on UART0: the processor-in-the-loop target (docs/boards.md).
 
 With ``--policy`` the exported controller's C (``export.c_codegen``) is
 generated into the project, its size measured with the board's compiler, and
@@ -87,6 +87,8 @@ BOARDS = {
 # optimisation as each platform's tools set it (the Arduino AVR platform links with LTO)
 _OPT = {"uno": ("-Os", "-ffunction-sections", "-fdata-sections", "-flto", "-fno-fat-lto-objects"),
         "mps2-an386": ("-Os", "-ffunction-sections", "-fdata-sections")}
+# target_check's AVR: the ATmega1284P has the 328P's core and instruction timings
+# and 128 KB of flash, so that the core, any controller and the check's data fit
 CHECK_AVR = dataclasses.replace(
     BOARDS["uno"], name="uno", target_flags=("-mmcu=atmega1284p", "-DF_CPU=16000000L"))
 ARM_LINK = ("-nostartfiles", "-Wl,--gc-sections", "--specs=nano.specs", "--specs=nosys.specs")
@@ -346,10 +348,7 @@ def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
         (folder / "check_data.h").write_text(_check_data(obs))
         elf = folder / "check.elf"
         srcs = [folder / n for n in ("target_check.c", "fw_core.c", "proto.c", "policy.c")]
-        if b.name == "uno":
-            # the ATmega1284P: the 328P's AVR core and instruction timings with 128 KB of
-            # flash, so that the core, any controller and the check's data fit (the fit
-            # on the Uno itself is the sketch build's business)
+        if b.name == "uno":  # whether it fits the Uno is the sketch build's measurement
             b = CHECK_AVR
         objs = [compile_object(b, c, folder / f"{c.name}.o", (), (folder,)) for c in srcs]
         if b is CHECK_AVR:
