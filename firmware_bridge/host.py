@@ -24,12 +24,12 @@ from pathlib import Path
 
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.firmware_bridge import protocol as P
-from grpo_ctrl.firmware_bridge.link import Link, handshake
+from grpo_ctrl.firmware_bridge.link import Link, handshake, select_control_source
 from grpo_ctrl.firmware_bridge.loop import ControlLoop, format_summary
 from grpo_ctrl.firmware_bridge.observation import Features, load_onnx_controller
 from grpo_ctrl.firmware_bridge.telemetry import Telemetry, write_plot
 
-EXIT_CODES = {"completed": 0, "fault": 3, "link lost": 4, "interrupted": 130}
+EXIT_CODES = {"completed": 0, "fault": 3, "link lost": 4, "error": 5, "interrupted": 130}
 
 
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
@@ -38,16 +38,18 @@ STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
 
 def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None, *,
              baudrate: int = 1_000_000, stop: threading.Event | None = None,
-             print_fn=print) -> dict:
+             print_fn=print, on_device: bool = False) -> dict:
     """Run ``policy_path`` (ONNX) on the device at ``port`` for ``duration``
     seconds; returns the summary dict (``ended``: completed, interrupted,
     fault, link lost or error). Telemetry goes to ``log`` (.csv or .jsonl) and
     the plot to ``plot`` (None: next to ``log``; False: none). SIGINT, SIGTERM
     and SIGHUP (in the main thread) or ``stop.set()`` end the run safely: zero
-    command, DISARM, log and plot written."""
+    command, DISARM, log and plot written. ``on_device``: the device's linked
+    controller closes the loop (PROTOCOL.md, "On-device control"); the host
+    arms, keeps the watchdog fed and logs; ``policy_path`` may then be None."""
     if not duration > 0 or not math.isfinite(duration):
         raise UserError(f"--duration must be a positive number of seconds, got {duration}")
-    if not Path(policy_path).is_file():
+    if not on_device and not Path(policy_path).is_file():
         raise UserError(f"no ONNX controller at {str(policy_path)!r}; export one with "
                         "`grpo-ctrl export ... --onnx FILE`")
     log = Path(log) if log else None
@@ -68,7 +70,11 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
         with Link(port, baudrate) as link:
             info, info_frame = handshake(link)
             features = Features(info)
-            policy = load_onnx_controller(policy_path, info, features, warn=print_fn)
+            select_control_source(link, info, on_device)
+            if on_device:  # keep-alive commands: the device ignores their value
+                policy = _keepalive
+            else:
+                policy = load_onnx_controller(policy_path, info, features, warn=print_fn)
             telemetry = Telemetry(log)
             loop = ControlLoop(link, info, features, policy, telemetry, stop)
             loop.account(info_frame, P.Info.unpack(info_frame.payload), time.monotonic())
@@ -93,6 +99,10 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
         for s, handler in previous_handlers.items():
             signal.signal(s, handler)
     return summary
+
+
+def _keepalive(obs) -> float:
+    return 0.0
 
 
 def _check_outputs(log: Path | None, plot: Path | None) -> None:
@@ -164,7 +174,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", required=True,
                    help="serial device path (/dev/ttyACM0, the path `grpo-ctrl hil` prints) or a "
                         "pyserial URL (socket://host:port, rfc2217://...)")
-    p.add_argument("--policy", required=True, help="exported ONNX controller (grpo-ctrl export)")
+    p.add_argument("--policy", default=None,
+                   help="exported ONNX controller (grpo-ctrl export); not with --on-device")
+    p.add_argument("--on-device", action="store_true",
+                   help="the device's own linked controller closes the loop; the host arms, "
+                        "supervises and logs")
     p.add_argument("--duration", type=float, default=10.0, metavar="S", help="run this long")
     p.add_argument("--log", default=None,
                    help="telemetry file, .csv or .jsonl (default: runs/serial/<time>.csv)")
@@ -175,10 +189,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    if (args.policy is None) != args.on_device:
+        raise UserError("give --policy FILE (the host runs it) or --on-device (the device's "
+                        "own controller), one of the two")
     log = args.log or f"runs/serial/{time.strftime('%Y%m%d-%H%M%S')}.csv"
     summary = run_loop(args.port, args.policy, args.duration, log, args.plot,
-                       baudrate=args.baud)
+                       baudrate=args.baud, on_device=args.on_device)
     print(json.dumps(summary) if args.json else format_summary(summary), flush=True)
+    if summary["ended"].startswith("error: "):  # the one line that says why, where errors go
+        print(f"grpo-ctrl run: {summary['ended']}", file=sys.stderr, flush=True)
     if "signal" in summary:  # stopped by a signal: the shell's convention, 128 + its number
         return 128 + signal.Signals[summary["signal"]].value
     return EXIT_CODES.get(summary["ended"].split(":")[0], 1)

@@ -146,15 +146,24 @@ class Link:
 
 
 def await_frame(link: Link, want, timeout: float, on_frame=None):
-    """Poll until a frame for which ``want(frame, message)`` is true; other
-    frames go to ``on_frame``. Returns ``(frame, message)``, or None on timeout."""
+    """Poll until a frame for which ``want(frame, message)`` is true; every
+    frame first goes to ``on_frame(frame, rx_time)``. Returns ``(frame,
+    message)``, or None on timeout. Frames not yet seen when it returns (or
+    raises) stay in ``link.backlog``."""
     end = time.monotonic() + timeout
     while (left := end - time.monotonic()) > 0:
         frames = link.poll(min(left, 0.02))
         for i, f in enumerate(frames):
-            msg = P.decode_message(f)
-            if on_frame is not None:
-                on_frame(f, msg, time.monotonic())
+            try:
+                if on_frame is not None:
+                    on_frame(f, time.monotonic())
+                try:
+                    msg = P.decode_message(f)
+                except P.ProtocolError:
+                    continue
+            except BaseException:
+                link.backlog = frames[i + 1:] + link.backlog
+                raise
             if want(f, msg):
                 link.backlog = frames[i + 1:] + link.backlog
                 return f, msg
@@ -173,5 +182,30 @@ def handshake(link: Link, tries: int = 5) -> tuple[P.Info, P.Frame]:
                 raise UserError(f"the device speaks protocol version {info.protocol_version}, "
                                 f"this host version {P.VERSION}; update the firmware or grpo-ctrl")
             return info, frame
+        other = link.decoder.other_version  # frames of another version are dropped, noted
+        if other is not None:
+            raise UserError(f"the device speaks protocol version {other}, this host version "
+                            f"{P.VERSION}; update the firmware or grpo-ctrl")
     raise UserError(f"no answer to HELLO from {link.name!r} after {tries} tries; is it a "
                     "grpo-ctrl device (or `grpo-ctrl hil`) and is the port right?")
+
+
+def select_control_source(link: Link, info: P.Info, on_device: bool) -> None:
+    """Before arming: make the device's controller (``on_device``) or the
+    host's COMMANDs drive the actuator (parameter ``control_source``)."""
+    want = P.CONTROL_ON_DEVICE if on_device else P.CONTROL_HOST
+    if on_device and not info.controller:
+        raise UserError("--on-device: the device has no controller linked (its INFO says so); "
+                        "flash a firmware with one, or run the policy on the host")
+    if info.control_source == want:
+        return
+    for _ in range(3):
+        seq, _ = link.send(P.ParamSet(P.PARAMS["control_source"], want))
+        got = await_frame(link, lambda f, m: isinstance(m, P.Param)
+                          and m.id == P.PARAMS["control_source"], 0.3)
+        if got is not None:
+            if got[1].result != 0:
+                raise UserError(f"the device refused control_source {want}: "
+                                f"{P.RESULTS.get(got[1].result, got[1].result)}")
+            return
+    raise UserError("the device did not answer setting control_source")

@@ -1,4 +1,4 @@
-"""Python face of the C simulator: the one module that reaches ``csrc/``.
+"""Python face of the C simulator; it and ``grpo_ctrl.plant`` alone reach ``csrc/``.
 
 ``BatchSim`` steps ``num_envs`` copies of one plant in one C call. Its state
 lives in numpy arrays (structure-of-arrays, component-major) that the C code
@@ -17,7 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from grpo_ctrl._pendsim import ffi, lib
-from grpo_ctrl.plant import PlantSpec, default_preset, init_model, presets, spec_of_model, systems  # noqa: F401 (re-exported)
+# PlantSpec, systems, presets and default_preset live in the plant layer; they
+# stay importable from here, where they used to be
+from grpo_ctrl.plant import (PlantSpec, default_preset, init_model, presets,  # noqa: F401
+                             spec_of_model, systems)
 
 MAX_DELAY = lib.PS_MAX_DELAY
 INTEGRATORS = {"euler": lib.PS_EULER, "semi_euler": lib.PS_SEMI_EULER, "rk4": lib.PS_RK4}

@@ -38,6 +38,7 @@ from torch import nn
 
 from grpo_ctrl.baselines import portable
 from grpo_ctrl.baselines.lqr import LQRDesign, design, obs_to_state
+from grpo_ctrl.errors import UserError
 from grpo_ctrl.plant import PlantSpec
 from grpo_ctrl.sim import BatchSim
 
@@ -229,6 +230,9 @@ _CLASSES = {"pendulum": PendulumSwingUp, "cartpole": CartPoleSwingUp, "furuta": 
 
 def make_swingup_lqr(system: str, preset: str | None = None,
                      tuning: SwingUpParams | None = None) -> SwingUpLQR:
+    if system not in _CLASSES:
+        raise UserError(f"no swing-up controller for {system}; its energy law goes in "
+                        "grpo_ctrl/baselines/swingup.py (the lqr baseline needs none)")
     sim = BatchSim(system, 1, preset)
     spec = sim.spec
     if tuning is None:
