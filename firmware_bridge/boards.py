@@ -201,16 +201,15 @@ def _arduino_core(b: Board, build: Path) -> list[Path]:
     return objs
 
 
-def build_image(b: Board, project: Path, build: Path, defines=(), keep=(),
-                name: str = "firmware", unbounded: bool = False) -> Path:
+def build_image(b: Board, project: Path, build: Path, defines=(), name: str = "firmware",
+                unbounded: bool = False) -> Path:
     """Build the project in ``project`` into ``build/<name>.elf``; objects
-    already in ``build`` are reused. ``keep``: functions the link keeps
-    although nothing calls them yet. ``unbounded``: link even an image that
+    already in ``build`` are reused. ``unbounded``: link even an image that
     overflows the chip (to measure by how much; AVR only)."""
     build.mkdir(parents=True, exist_ok=True)
-    keep = [f"-Wl,--undefined={k}" for k in keep]
+    link_extra = []
     if unbounded and b.name == "uno":  # avr-ld's regions, widened for the measurement
-        keep += ["-Wl,--defsym=__TEXT_REGION_LENGTH__=0x40000",
+        link_extra += ["-Wl,--defsym=__TEXT_REGION_LENGTH__=0x40000",
                  "-Wl,--defsym=__DATA_REGION_LENGTH__=0x10000"]
     elf = build / f"{name}.elf"
     if b.name == "uno":
@@ -235,13 +234,13 @@ def build_image(b: Board, project: Path, build: Path, defines=(), keep=(),
         if not core_a.exists():
             _run(["avr-gcc-ar", "rcs", core_a, *_arduino_core(b, build)], "archiving the core")
         _run([b.cc, *b.target_flags, *_OPT[b.name], "-fuse-linker-plugin", "-Wl,--gc-sections",
-              *keep, *objs, core_a, f"-L{build}", "-o", elf, "-lm"],
+              *link_extra, *objs, core_a, f"-L{build}", "-o", elf, "-lm"],
              f"linking the {b.name} image")
     else:
         inc = (project,)
         objs = [compile_object(b, c, build / f"{c.name}.o", defines, inc)
                 for c in sorted(project.glob("*.c"))]
-        _run([b.cc, *b.target_flags, *ARM_LINK, *keep, "-T", project / "mps2_an386.ld", *objs,
+        _run([b.cc, *b.target_flags, *ARM_LINK, *link_extra, "-T", project / "mps2_an386.ld", *objs,
               "-o", elf, "-lm"], f"linking the {b.name} image")
     return elf
 
@@ -268,16 +267,14 @@ class Fit:
 
 def measure(b: Board, policy_src=None) -> Fit:
     """Build the board's image in a temporary folder, without and with the
-    controller linked in, and measure both."""
+    controller (which the back-end links in as the on-device controller
+    where the project has a policy.h), and measure both."""
     with tempfile.TemporaryDirectory(prefix="grpo_ctrl_fw_") as tmp:
-        project = stage(b, Path(tmp) / "pendulum_board", policy_src)
-        build = Path(tmp) / "build"
-        firmware = size_of(b, build_image(b, project, build, unbounded=True))
-        total = firmware
+        firmware = total = size_of(b, build_image(b, stage(b, Path(tmp) / "bare"),
+                                                  Path(tmp) / "build", unbounded=True))
         if policy_src is not None:
-            # nothing calls it until the core's on-device mode does: keep it anyway
-            total = size_of(b, build_image(b, project, build, keep=(f"{policy_src.name}_step",),
-                                           name="with_controller", unbounded=True))
+            project = stage(b, Path(tmp) / "with_controller", policy_src)
+            total = size_of(b, build_image(b, project, Path(tmp) / "build_c", unbounded=True))
     return Fit(firmware, total, policy_src.size.const_bytes if policy_src else 0,
                policy_src.size.ram_bytes if policy_src else 0)
 
@@ -368,13 +365,14 @@ def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
                               timeout=timeout)
         image = size_of(b, elf)
     text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)  # simavr: stderr
-    items = re.findall(r"\b(out|tick|receive|policy|reps|mode|stack|done)\b ?([0-9a-f]*)", text)
+    items = re.findall(r"\b(out|tick|ondevice|receive|policy|reps|mode|stack|done)\b ?([0-9a-f]*)",
+                       text)
     if not items or items[-1][0] != "done":
         raise UserError(f"the check image did not finish on {cmd[0]}: {text[-500:]}")
     outs = np.array([int(v, 16) for k, v in items if k == "out"], np.uint32).view(np.float32)
     res = {k: int(v) for k, v in items if k not in ("out", "done")}
     reps = res.pop("reps")
-    for k in ("tick", "receive", "policy"):
+    for k in ("tick", "ondevice", "receive", "policy"):
         res[k] = res[k] * COUNT_UNIT[b.name] / reps
     res["out"] = outs
     res["image"] = image

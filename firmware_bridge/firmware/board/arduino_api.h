@@ -86,6 +86,7 @@ void board_irq_restore(board_irq_state state);
 int board_serial_available(void);
 int board_serial_read(void);
 void board_serial_write(const uint8_t *bytes, size_t n);
+size_t board_serial_room(void);  /* bytes board_serial_write takes without blocking */
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,22 @@
 #include "arduino_api.h"
 #include "board_pendulum.h"
 #include "fw_core.h"
+/* An exported controller in the sketch folder (grpo-ctrl firmware --policy)
+ * is linked in as the on-device controller, which the host can select. */
+#if defined(__has_include)
+#if __has_include("policy.h")
+#include "policy.h"
+#define BOARD_CONTROLLER run_policy
+static int run_policy(void *ctx, const float *obs, float *action)
+{
+  (void)ctx;
+  return policy_step(obs, action);
+}
+#endif
+#endif
+#ifndef BOARD_CONTROLLER
+#define BOARD_CONTROLLER 0
+#endif
 
 #define PIN_ENC_A 2
 #define PIN_ENC_B 3
@@ -101,6 +117,12 @@ static void serial_write(void *ctx, const uint8_t *bytes, size_t n)
   board_serial_write(bytes, n);
 }
 
+static size_t serial_room(void *ctx)
+{
+  (void)ctx;
+  return board_serial_room();
+}
+
 void board_setup(void)
 {
   pinMode(PIN_ENC_A, INPUT_PULLUP);
@@ -125,7 +147,8 @@ void board_setup(void)
   cfg.vel_limit[0] = VEL_LIMIT_RAD_S * COUNTS_PER_REV / 6.2831853f;
   cfg.vel_cutoff_hz = 20.0f;
   for (unsigned i = 0; i < sizeof preset; ++i) cfg.preset[i] = preset[i];
-  const fw_hw hw = {0, board_micros, read_sensors, write_actuator, serial_write, 0, 0};
+  const fw_hw hw = {0, board_micros, read_sensors, write_actuator, serial_write, serial_room,
+                    BOARD_CONTROLLER};
   fw_init(&dev, &cfg, &hw);
   next_tick = (uint32_t)micros() + PERIOD_US;
 }
@@ -144,4 +167,5 @@ void board_loop(void)
     next_tick += PERIOD_US;
     if (dev.tick_late) next_tick = now + PERIOD_US;  /* never burst to catch up */
   }
+  fw_transmit(&dev);  /* as much as the serial buffer has room for */
 }

@@ -35,8 +35,10 @@ void board_irq_restore(board_irq_state state) { mock.irq_enabled = state; }
 
 int board_serial_available(void) { return (int)(mock.rx_len - mock.rx_pos); }
 int board_serial_read(void) { return mock.rx_pos < mock.rx_len ? mock.rx[mock.rx_pos++] : -1; }
+size_t board_serial_room(void) { return mock.tx_room; }
 void board_serial_write(const uint8_t *bytes, size_t n)
 {
+  if (n > mock.tx_max_write) mock.tx_max_write = n;
   if (mock.tx_len + n <= sizeof mock.tx) {
     memcpy(mock.tx + mock.tx_len, bytes, n);
     mock.tx_len += n;

@@ -14,6 +14,8 @@ typedef struct {
   unsigned irq_disables;                 /* times board_irq_save ran */
   uint8_t rx[4096], tx[65536];
   size_t rx_len, rx_pos, tx_len;
+  size_t tx_room;                        /* what Serial.availableForWrite() says */
+  size_t tx_max_write;                   /* the most bytes one write passed */
 } mock_board;
 
 extern mock_board mock;

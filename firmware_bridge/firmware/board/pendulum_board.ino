@@ -14,6 +14,7 @@
 extern "C" int board_serial_available(void) { return Serial.available(); }
 extern "C" int board_serial_read(void) { return Serial.read(); }
 extern "C" void board_serial_write(const uint8_t *bytes, size_t n) { Serial.write(bytes, n); }
+extern "C" size_t board_serial_room(void) { return (size_t)Serial.availableForWrite(); }
 
 void setup() {
   Serial.begin(1000000);  // USB CDC ignores the rate; a UART needs it (grpo-ctrl run --baud)

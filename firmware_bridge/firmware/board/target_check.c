@@ -8,6 +8,7 @@
  *   tick <count>      fw_tick, armed, with a fresh command each period
  *   receive <count>   fw_receive of one COMMAND frame
  *   policy <count>    one policy_step
+ *   ondevice <count>  fw_tick in on-device control (the policy called by the core)
  *   reps <n>          how many of each the counts above add up
  *   stack <bytes>     (AVR) the deepest the stack went
  *
@@ -180,6 +181,12 @@ static void hw_serial_write(void *ctx, const uint8_t *bytes, size_t n)
   (void)n;
 }
 
+static int run_policy(void *ctx, const float *obs, float *action)
+{
+  (void)ctx;
+  return policy_step(obs, action);
+}
+
 static size_t frame(uint8_t type, uint32_t seq, const uint8_t *payload, uint8_t len, uint8_t *wire)
 {
   proto_frame f;
@@ -218,15 +225,16 @@ int main(void)
   cfg.u_max = 0.15f;
   cfg.counts_per_unit[0] = 2048.0f;
   cfg.vel_cutoff_hz = 20.0f;
-  const fw_hw hw = {0, hw_micros, hw_read_sensors, hw_write_actuator, hw_serial_write};
+  const fw_hw hw = {0, hw_micros, hw_read_sensors, hw_write_actuator, hw_serial_write, 0,
+                    run_policy};
   fw_init(&dev, &cfg, &hw);
   uint8_t wire[PROTO_MAX_WIRE];
   fw_receive(&dev, wire, frame(MSG_ARM, 0, 0, 0, wire));
 
-  uint32_t tick = 0, receive = 0, policy = 0;
+  uint32_t tick = 0, receive = 0, policy = 0, ondevice = 0;
   for (uint32_t r = 0; r < REPS; ++r) {
     uint8_t p[PROTO_COMMAND_LEN];
-    const proto_command c = {0.01f, dev.last_state_seq};
+    const proto_command c = {0.01f, dev.last_state_seq, (uint32_t)fake_now};
     const size_t n = frame(MSG_COMMAND, r + 1, p, proto_pack_command(&c, p), wire);
     fake_now += 4000;
     uint32_t t0 = clock_now();
@@ -242,7 +250,25 @@ int main(void)
     policy_step(obs, &u);
     policy += clock_now() - t0;
   }
+  /* on-device control: the core runs the policy in its tick */
+  uint8_t p[PROTO_PARAM_LEN];
+  const proto_param select = {PARAM_CONTROL_SOURCE, 0, (float)CONTROL_ON_DEVICE};
+  fw_receive(&dev, wire, frame(MSG_DISARM, 100, 0, 0, wire));
+  fw_receive(&dev, wire, frame(MSG_PARAM_SET, 101, p,
+                               proto_pack_param_request(MSG_PARAM_SET, &select, p), wire));
+  fw_receive(&dev, wire, frame(MSG_ARM, 102, 0, 0, wire));
+  for (uint32_t r = 0; r < REPS; ++r) {
+    uint8_t keep_alive[PROTO_COMMAND_LEN];  /* the host's, which feeds the watchdog */
+    const proto_command c = {0.0f, dev.last_state_seq, (uint32_t)fake_now};
+    fw_receive(&dev, wire, frame(MSG_COMMAND, 103 + r, keep_alive,
+                                 proto_pack_command(&c, keep_alive), wire));
+    fake_now += 5000;
+    const uint32_t t0 = clock_now();
+    fw_tick(&dev);
+    ondevice += clock_now() - t0;
+  }
   put_line("tick", tick);
+  put_line("ondevice", dev.control_source == CONTROL_ON_DEVICE ? ondevice : 0);
   put_line("receive", receive);
   put_line("policy", policy);
   put_line("reps", REPS);

@@ -26,6 +26,22 @@
 
 #include "fw_core.h"
 #include "pendsim.h"
+/* An exported controller in the project (grpo-ctrl firmware --policy) is
+ * linked in as the on-device controller, which the host can select. */
+#if defined(__has_include)
+#if __has_include("policy.h")
+#include "policy.h"
+#define PIL_CONTROLLER run_policy
+static int run_policy(void *ctx, const float *obs, float *action)
+{
+  (void)ctx;
+  return policy_step(obs, action);
+}
+#endif
+#endif
+#ifndef PIL_CONTROLLER
+#define PIL_CONTROLLER 0
+#endif
 
 #ifndef PIL_RATE_HZ
 #define PIL_RATE_HZ 0
@@ -109,10 +125,16 @@ static void hw_write_actuator(void *ctx, float value)
   u = value;
 }
 
+static size_t hw_serial_room(void *ctx)
+{
+  (void)ctx;
+  return TX_RING - tx_len;
+}
+
 static void hw_serial_write(void *ctx, const uint8_t *bytes, size_t n)
 {
   (void)ctx;
-  if (tx_len + n > TX_RING) {
+  if (tx_len + n > TX_RING) {  /* not with serial_room honoured */
     tx_dropped++;
     return;
   }
@@ -187,12 +209,14 @@ int main(void)
   cfg.counts_per_unit[0] = (float)per_rev;
   cfg.watchdog_us = PIL_WATCHDOG_US;
   memcpy(cfg.preset, "rig", 4);
-  const fw_hw hw = {0, hw_micros, hw_read_sensors, hw_write_actuator, hw_serial_write};
+  const fw_hw hw = {0, hw_micros, hw_read_sensors, hw_write_actuator, hw_serial_write,
+                    hw_serial_room, PIL_CONTROLLER};
   fw_init(&dev, &cfg, &hw);
 
   const uint64_t period = cfg.period_us;
   uint64_t next = hw_micros(0) + period;
   for (;;) {
+    fw_transmit(&dev);
     serve_uart();
     const uint64_t now = hw_micros(0);
     if (now < next) {
