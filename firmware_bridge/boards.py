@@ -139,6 +139,7 @@ def project_files(b: Board, sketch: str = "pendulum_board") -> dict[str, Path]:
         raise UserError(f"no firmware sources at {FIRMWARE}: they ship with the source tree; "
                         "run from a clone installed with pip install -e .")
     files = {n: FIRMWARE / n for n in CORE_FILES}
+    files["policy_link.h"] = board_dir / "policy_link.h"
     if b.name == "uno":
         files[f"{sketch}.ino"] = board_dir / "pendulum_board.ino"
         for n in ("board_pendulum.c", "board_pendulum.h", "arduino_api.h"):

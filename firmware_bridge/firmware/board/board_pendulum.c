@@ -23,22 +23,7 @@
 #include "arduino_api.h"
 #include "board_pendulum.h"
 #include "fw_core.h"
-/* An exported controller in the sketch folder (grpo-ctrl firmware --policy)
- * is linked in as the on-device controller, which the host can select. */
-#if defined(__has_include)
-#if __has_include("policy.h")
-#include "policy.h"
-#define BOARD_CONTROLLER run_policy
-static int run_policy(void *ctx, const float *obs, float *action)
-{
-  (void)ctx;
-  return policy_step(obs, action);
-}
-#endif
-#endif
-#ifndef BOARD_CONTROLLER
-#define BOARD_CONTROLLER 0
-#endif
+#include "policy_link.h"  /* BOARD_CONTROLLER: the exported controller, if any */
 
 #define PIN_ENC_A 2
 #define PIN_ENC_B 3

@@ -2,8 +2,9 @@
 //
 // `grpo-ctrl firmware --board uno --out pendulum_board [--policy policy.onnx]`
 // writes the sketch folder: this file, board_pendulum.c, board_pendulum.h,
-// arduino_api.h and, from firmware_bridge/firmware/: fw_core.c, fw_core.h,
-// fw_hw.h, proto.c, proto.h (and policy.c, policy.h). Build and upload with
+// arduino_api.h, policy_link.h and, from firmware_bridge/firmware/: fw_core.c,
+// fw_core.h, fw_hw.h, proto.c, proto.h (and with --policy policy.c, policy.h,
+// the on-device controller). Build and upload with
 // the Arduino IDE or
 //   arduino-cli compile --fqbn arduino:avr:uno pendulum_board
 // Pins, encoder resolution and the actuator calibration are at the top of

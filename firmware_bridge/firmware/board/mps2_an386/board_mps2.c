@@ -26,22 +26,7 @@
 
 #include "fw_core.h"
 #include "pendsim.h"
-/* An exported controller in the project (grpo-ctrl firmware --policy) is
- * linked in as the on-device controller, which the host can select. */
-#if defined(__has_include)
-#if __has_include("policy.h")
-#include "policy.h"
-#define PIL_CONTROLLER run_policy
-static int run_policy(void *ctx, const float *obs, float *action)
-{
-  (void)ctx;
-  return policy_step(obs, action);
-}
-#endif
-#endif
-#ifndef PIL_CONTROLLER
-#define PIL_CONTROLLER 0
-#endif
+#include "policy_link.h"  /* BOARD_CONTROLLER: the exported controller, if any */
 
 #ifndef PIL_RATE_HZ
 #define PIL_RATE_HZ 0
@@ -210,7 +195,7 @@ int main(void)
   cfg.watchdog_us = PIL_WATCHDOG_US;
   memcpy(cfg.preset, "rig", 4);
   const fw_hw hw = {0, hw_micros, hw_read_sensors, hw_write_actuator, hw_serial_write,
-                    hw_serial_room, PIL_CONTROLLER};
+                    hw_serial_room, BOARD_CONTROLLER};
   fw_init(&dev, &cfg, &hw);
 
   const uint64_t period = cfg.period_us;
