@@ -263,5 +263,6 @@ def test_pil_on_device_control_at_1_khz_balances_the_rig_for_10_s(tmp_path):
     # may drop some (the core drops the oldest when the line is full)
     t = np.array(seen["t_us"], np.int64)
     span = (t[-1] - t[0]) / 1e6
-    assert span > 9.5 and np.median(np.diff(t)) == 1000 and seen["states"] / span > 500
+    assert span > 9.5 and np.median(np.diff(t)) == pytest.approx(1000, abs=50)
+    assert seen["states"] / span > 500
     assert seen["on_device"] == seen["states"]

@@ -9,7 +9,8 @@
  * clock, extended to 64 bits in software (QEMU runs it on its virtual clock,
  * which follows the host's clock). Counting SysTick interrupts instead loses
  * time whenever QEMU takes an interrupt more than a period late, as it does
- * on a busy host. SysTick only wakes the loop every millisecond. The
+ * on a busy host. SysTick only wakes the loop, every 100 us (a tick starts
+ * at most that late). The
  * UART0 receive interrupt moves each byte into a ring at once, and the main
  * loop sleeps (WFI) when idle: QEMU hands the pty's bytes to the one-byte
  * UART one at a time from its I/O thread, which then gets a CPU instead of
@@ -176,9 +177,9 @@ int main(void)
   TIMER0_VALUE = 0xFFFFFFFFu;
   TIMER0_CTRL = 1u;    /* enabled, no interrupt */
   clock_last = TIMER0_VALUE;
-  SYST_RVR = SYSCLK_HZ / 1000u - 1u;
+  SYST_RVR = SYSCLK_HZ / 10000u - 1u;
   SYST_CVR = 0;
-  SYST_CSR = 7;        /* processor clock, interrupt every millisecond, enabled */
+  SYST_CSR = 7;        /* processor clock, interrupt every 100 us, enabled */
   plant_init();
 
   fw_config cfg;
@@ -205,7 +206,7 @@ int main(void)
     serve_uart();
     const uint64_t now = hw_micros(0);
     if (now < next) {
-      /* sleep until the next interrupt (a byte or the millisecond), unless
+      /* sleep until the next interrupt (a byte or SysTick), unless
        * one came in since serve_uart looked */
       __asm__ __volatile__("cpsid i" ::: "memory");
       if (rx_out == rx_in && !tx_len) __asm__ __volatile__("wfi");
