@@ -6,6 +6,7 @@ Each test skips, naming the apt packages, where its toolchain or emulator is
 missing (.ci/run installs them)."""
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import time
@@ -206,41 +207,47 @@ def fly_on_device(port: str, duration: float) -> dict:
     return seen
 
 
-def start_pil(elf: Path):
-    """QEMU running the PIL image, its UART0 on a pseudo-terminal: (process,
-    /dev/pts/N). At a real-time priority where the system grants one (as the
-    HIL and the host loop ask for theirs): on a busy machine QEMU's threads
-    otherwise wait for a CPU for tens of milliseconds."""
+@contextlib.contextmanager
+def pil(tmp_path: Path, *defines: str, policy: bool = False):
+    """The PIL image (with the rig policy linked in as the on-device
+    controller when ``policy``) built and running in QEMU, its UART0 on a
+    pseudo-terminal: yields /dev/pts/N. QEMU runs at a real-time priority
+    where the system grants one (as the HIL and the host loop ask for
+    theirs): on a busy machine its threads otherwise wait tens of ms for a CPU."""
+    need(boards.emulator_missing(MPS2))
+    project = boards.stage(MPS2, tmp_path / "pil", generate_c(onnx.load(RIG)) if policy else None)
+    elf = boards.build_image(MPS2, project, tmp_path / "build", defines=(PIL_WATCHDOG, *defines))
     rt = ["chrt", "-f", "5"] if subprocess.run(["chrt", "-f", "5", "true"],
                                                capture_output=True).returncode == 0 else []
     proc = subprocess.Popen([*rt, "qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor",
                              "none", "-serial", "pty", "-kernel", str(elf)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    line = proc.stdout.readline()
-    m = re.search(r"(/dev/pts/\d+)", line)
-    if not m:
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"(/dev/pts/\d+)", line)
+        if not m:
+            pytest.fail(f"QEMU did not offer a pty: {line}")
+        time.sleep(0.5)  # reset and UART set-up
+        yield m.group(1)
+    finally:
         proc.kill()
-        pytest.fail(f"QEMU did not offer a pty: {line}")
-    time.sleep(0.5)  # reset and UART set-up
-    return proc, m.group(1)
+        proc.wait()
+
+
+def assert_balanced_at(s: dict, rate_hz: float) -> None:
+    """A run_loop summary of 10 s upright at the device rate ``rate_hz``."""
+    assert s["ended"] == "completed" and s["disarm_acknowledged"], s
+    assert s["device_rate_hz"] == pytest.approx(rate_hz, rel=0.05)
+    assert s["max_abs_angle"] < 0.2
 
 
 def test_pil_cortex_m4_in_qemu_balances_the_rig_for_10_s_host_computed(tmp_path):
     """Processor in the loop: the cross-compiled firmware core and the
     simulated pendulum on the emulated Cortex-M4F, the host loop on its
     UART; held at 0.1 rad until armed, it must stay up for 10 s."""
-    need(boards.emulator_missing(MPS2))
-    project = boards.stage(MPS2, tmp_path / "pil")
-    elf = boards.build_image(MPS2, project, tmp_path / "build", defines=(PIL_WATCHDOG,))
-    proc, port = start_pil(elf)
-    try:
+    with pil(tmp_path) as port:
         s = run_loop(port, RIG, 10.0, tmp_path / "pil.csv", print_fn=lambda *_: None)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert s["ended"] == "completed" and s["disarm_acknowledged"], s
-    assert s["device_rate_hz"] == pytest.approx(200, rel=0.05)
-    assert s["max_abs_angle"] < 0.2
+    assert_balanced_at(s, 200)
 
 
 def test_pil_grpo_ctrl_run_on_device_balances_the_rig_for_10_s(tmp_path):
@@ -248,20 +255,11 @@ def test_pil_grpo_ctrl_run_on_device_balances_the_rig_for_10_s(tmp_path):
     on-device controller: `grpo-ctrl run --on-device` (run_loop) selects it,
     arms, keeps the watchdog fed and logs, while the chip closes the loop at
     the rig's 200 Hz."""
-    need(boards.emulator_missing(MPS2))
-    project = boards.stage(MPS2, tmp_path / "pil", generate_c(onnx.load(RIG)))
-    elf = boards.build_image(MPS2, project, tmp_path / "build", defines=(PIL_WATCHDOG,))
-    proc, port = start_pil(elf)
     log = tmp_path / "on_device.csv"
-    try:
+    with pil(tmp_path, policy=True) as port:
         s = run_loop(port, None, 10.0, log, plot=False, print_fn=lambda *_: None,
                      on_device=True)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert s["ended"] == "completed" and s["disarm_acknowledged"], s
-    assert s["device_rate_hz"] == pytest.approx(200, rel=0.05)
-    assert s["max_abs_angle"] < 0.2
+    assert_balanced_at(s, 200)
     rows = [r for r in read_telemetry(log) if r["kind"] == "state"]
     armed = np.array([int(r["mode"]) for r in rows]) == 1
     flags = np.array([int(r["flags"]) for r in rows])
@@ -272,16 +270,8 @@ def test_pil_on_device_control_at_1_khz_balances_the_rig_for_10_s(tmp_path):
     """The same at 1 kHz. The host here sends a keep-alive every 10 ms:
     run_loop sends one per STATE, 18 kB/s at 1 kHz, more than QEMU passes to
     the one-byte UART on this machine (its link is lost in about 3 s)."""
-    need(boards.emulator_missing(MPS2))
-    project = boards.stage(MPS2, tmp_path / "pil", generate_c(onnx.load(RIG)))
-    elf = boards.build_image(MPS2, project, tmp_path / "build",
-                             defines=("-DPIL_RATE_HZ=1000", PIL_WATCHDOG))
-    proc, port = start_pil(elf)
-    try:
+    with pil(tmp_path, "-DPIL_RATE_HZ=1000", policy=True) as port:
         seen = fly_on_device(port, 10.0)
-    finally:
-        proc.kill()
-        proc.wait()
     assert seen["info"].controller == 1 and seen["info"].period_us == 1000
     assert seen["param"].result == 0 and seen["ack"].result == 0
     summary = {k: v for k, v in seen.items() if k != "t_us"}
