@@ -197,7 +197,7 @@ def cost_model(report: dict, iterations: int, repeats: int) -> None:
     policy = Trainer(cfg, "pendulum", "gym", Ranks()).policy
     grad_floats = sum(p.numel() for p in policy.parameters())
     grad_reduces = cfg.epochs * cfg.minibatches
-    small = 4 + (2 if cfg.adv_scale == "batch" else 0)  # stop/clock, diagnostics, normaliser x2
+    small = 2 + (2 if cfg.adv_scale == "batch" else 0)  # clock and stop; normaliser, diagnostics
     model = dict(a=a, b=b, latency=latency, bandwidth=bandwidth, grad_bytes=4 * grad_floats,
                  grad_reduces=grad_reduces, small_reduces=small)
     print(f"  gradient {grad_floats} floats ({4 * grad_floats / 1e3:.1f} kB), {grad_reduces} "

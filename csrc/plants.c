@@ -414,6 +414,25 @@ int ps_model_init(ps_model *m, int system, const char *preset)
   return PS_ERR_PRESET;
 }
 
+/* Ranges a drawn plant can come from: ordered, finite, a motor that
+ * responds, pushes that last. */
+static int ranges_valid(const ps_model *m)
+{
+  const ps_plant_ranges *r = &m->ranges;
+  for (int k = 0; k < m->nparam; ++k)
+    if (!isfinite(r->param_lo[k]) || !isfinite(r->param_hi[k]) || r->param_lo[k] > r->param_hi[k])
+      return 0;
+  for (int k = 0; k < m->nx / 2; ++k)
+    if (!isfinite(r->offset_lo[k]) || !isfinite(r->offset_hi[k]) || r->offset_lo[k] > r->offset_hi[k])
+      return 0;
+  return r->delay_lo >= 0 && r->delay_lo <= r->delay_hi && r->delay_hi <= PS_MAX_DELAY &&
+         r->motor_k_lo > 0 && r->motor_k_lo <= r->motor_k_hi && r->motor_k_hi <= 1 &&
+         r->torque_noise_lo >= 0 && r->torque_noise_lo <= r->torque_noise_hi &&
+         isfinite(r->torque_noise_hi) && r->push_rate >= 0 && isfinite(r->push_rate) &&
+         (r->push_rate == 0 || (r->push_steps >= 1 && r->push_lo >= 0 &&
+                                r->push_lo <= r->push_hi && isfinite(r->push_hi)));
+}
+
 int ps_model_check(const ps_model *m)
 {
   if (!valid_system(m->system)) return PS_ERR_SYSTEM;
@@ -427,5 +446,8 @@ int ps_model_check(const ps_model *m)
   for (int k = 0; k < m->nx; ++k)
     if (m->enc_counts[k] < 0 || m->noise_std[k] < 0 || m->x0_low[k] > m->x0_high[k])
       return PS_ERR_MODEL;
+  if (m->plant_mode < PS_PLANT_NOMINAL || m->plant_mode > PS_PLANT_HOLD ||
+      (m->plant_mode == PS_PLANT_DRAW && !ranges_valid(m)))
+    return PS_ERR_MODEL;
   return PS_OK;
 }

@@ -259,10 +259,16 @@ def _io_sizes(model: onnx.ModelProto) -> tuple[str, str, int]:
     return inputs[0].name, g.output[0].name, shapes[0]
 
 
-def generate_c(model: onnx.ModelProto, name: str = "policy") -> CSource:
-    """C99 source and header computing ``model`` for one observation."""
+def check_c_name(name: str) -> str:
+    """``UserError`` unless ``name`` can prefix C file and function names."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise UserError(f"the C name {name!r} is not a C identifier; use letters, digits and _")
+    return name
+
+
+def generate_c(model: onnx.ModelProto, name: str = "policy") -> CSource:
+    """C99 source and header computing ``model`` for one observation."""
+    check_c_name(name)
     in_name, out_name, nobs = _io_sizes(model)
     g = model.graph
     opsets = list(model.opset_import)

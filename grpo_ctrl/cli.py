@@ -29,8 +29,15 @@ COMMANDS = {
 }
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (no usage block), exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser(command: str | None) -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
+    top = _OneLineParser(
         prog="grpo-ctrl",
         description="Train pendulum controllers with GRPO, export them, run them on the rig.")
     sub = top.add_subparsers(dest="command", metavar="COMMAND")
@@ -46,11 +53,17 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     if command not in COMMANDS:
         command = None
-    args = _parser(command).parse_args(argv)
-    if args.command is None:
-        _parser(None).print_help()
-        return 2
-    module = importlib.import_module(COMMANDS[args.command][0])
+    try:  # the command's module imports torch & co. here: seconds in which Ctrl-C is likely
+        args = _parser(command).parse_args(argv)
+        if args.command is None:
+            _parser(None).print_help()
+            return 2
+        module = importlib.import_module(COMMANDS[args.command][0])
+    except SystemExit as e:  # argparse: --help, or a bad argument (its line is printed)
+        return e.code
+    except KeyboardInterrupt:
+        print(f"grpo-ctrl{' ' + command if command else ''}: interrupted", file=sys.stderr)
+        return 130
     try:
         return int(module.run(args) or 0)
     except UserError as e:  # only these: any other exception is a bug and keeps its traceback

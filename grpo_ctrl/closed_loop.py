@@ -31,6 +31,29 @@ class Episodes:
     success: np.ndarray      # (N,) never terminated, upright and still at the end
     final_state: np.ndarray  # (N, nx)
     mode_switches: np.ndarray | None = None  # (N,) hand-overs between energy control and LQR
+    du_mean: np.ndarray | None = None        # (N,) mean |du| / u_max per step
+    du_sign_changes: np.ndarray | None = None  # (N,) share of steps where du changes sign
+
+
+def command_smoothness(u: np.ndarray, u_max: float, alive: np.ndarray | None = None):
+    """How smooth a command sequence is, per episode: ``u (T, N)`` (or
+    ``(T,)``), counting steps while ``alive (T, N)``. Returns (mean |du| / u_max
+    per step, share of steps where du changes sign: chatter). A motor
+    tracking a steady command scores (0, 0); bang-bang chatter at every step
+    scores up to (2, 1). Sign changes count only du above 1e-3 u_max, so
+    rounding noise on a held command is not chatter."""
+    u = np.asarray(u, dtype=float)
+    squeeze = u.ndim == 1
+    u = u.reshape(u.shape[0], -1)
+    alive = np.ones(u.shape, bool) if alive is None else np.asarray(alive).reshape(u.shape)
+    du = np.diff(u, axis=0) / u_max
+    both = alive[1:] & alive[:-1]
+    steps = np.maximum(both.sum(axis=0), 1)
+    mean_du = np.where(both, np.abs(du), 0.0).sum(axis=0) / steps
+    sig = np.where(np.abs(du) > 1e-3, np.sign(du), 0.0)
+    flips = (sig[1:] * sig[:-1] < 0) & both[1:] & both[:-1]
+    share = flips.sum(axis=0) / np.maximum((both[1:] & both[:-1]).sum(axis=0), 1)
+    return (float(mean_du[0]), float(share[0])) if squeeze else (mean_du, share)
 
 
 class _ModeSwitches:
@@ -64,24 +87,40 @@ def upright_and_still(spec: PlantSpec, x: np.ndarray) -> np.ndarray:
 
 @torch.no_grad()
 def evaluate(controller, num_episodes: int, seed: int = 0, steps: int | None = None,
-             **model) -> Episodes:
+             randomize=None, **model) -> Episodes:
     """Run ``num_episodes`` episodes of the controller's plant at once, each
-    to the preset's ``max_steps`` (or ``steps``). ``model`` overrides model
-    fields of the simulator (e.g. ``delay=1``, ``x0_low=...``)."""
+    to the preset's ``max_steps`` (or ``steps``). ``randomize`` (a
+    ``grpo_ctrl.randomize.Randomization``) draws each episode its plant;
+    ``model`` overrides model fields of the simulator (e.g. ``delay=1``,
+    ``x0_low=...``)."""
     spec = controller.spec
-    sim = BatchSim(spec.system, num_episodes, spec.preset, seed=seed, **model)
+    sim = BatchSim(spec.system, num_episodes, spec.preset, seed=seed, randomize=randomize,
+                   **model)
+    return run_episodes(controller, sim, steps)
+
+
+@torch.no_grad()
+def run_episodes(controller, sim: BatchSim, steps: int | None = None) -> Episodes:
+    """One episode in each environment of ``sim`` (reset first; plants as
+    its plant mode says), each to the preset's ``max_steps`` (or ``steps``)."""
+    spec, num_episodes = controller.spec, sim.num_envs
     steps = steps or sim.model.max_steps
     obs = sim.reset()
     returns = np.zeros(num_episodes)
     alive = np.ones(num_episodes, bool)
+    commands = np.empty((steps, num_episodes), np.float32)
+    was_alive = np.empty((steps, num_episodes), bool)
     switches = _ModeSwitches(controller, num_episodes)
-    for _ in range(steps):
+    for t in range(steps):
         switches.see(obs, alive)
-        obs, reward, terminated, _ = sim.step(act(controller, obs))
+        commands[t], was_alive[t] = act(controller, obs), alive
+        obs, reward, terminated, _ = sim.step(commands[t])
         returns += np.where(alive, reward, 0.0)
         alive &= ~terminated
     x = sim.get_state()["x"]
-    return Episodes(returns, alive & upright_and_still(spec, x), x, switches.result())
+    du_mean, du_flips = command_smoothness(commands, spec.u_max, was_alive)
+    return Episodes(returns, alive & upright_and_still(spec, x), x, switches.result(),
+                    du_mean, du_flips)
 
 
 @torch.no_grad()
@@ -116,16 +155,19 @@ def evaluate_on_gymnasium_pendulum(controller, num_episodes: int, seed: int = 0)
                     switches.result())
 
 
-def summarise(returns: np.ndarray, success: np.ndarray) -> dict:
-    return {"episodes": int(returns.size), "mean": float(returns.mean()),
-            "median": float(np.median(returns)), "worst": float(returns.min()),
-            "success": float(success.mean())}
+def summarise(returns: np.ndarray, success: np.ndarray, du_mean=None, du_flips=None) -> dict:
+    out = {"episodes": int(returns.size), "mean": float(returns.mean()),
+           "median": float(np.median(returns)), "worst": float(returns.min()),
+           "success": float(success.mean())}
+    if du_mean is not None:
+        out.update(du_mean=float(du_mean.mean()), du_sign_changes=float(du_flips.mean()))
+    return out
 
 
 def evaluate_on_sim(controller, episodes: int, seed: int = 0) -> dict:
     """Scores over ``episodes`` batched episodes on the C simulator."""
     ep = evaluate(controller, episodes, seed=seed)
-    return summarise(ep.returns, ep.success)
+    return summarise(ep.returns, ep.success, ep.du_mean, ep.du_sign_changes)
 
 
 def evaluate_on_gym(controller, episodes: int = 100, seed: int = 0) -> dict:

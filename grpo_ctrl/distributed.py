@@ -8,12 +8,12 @@ spans ranks, so group statistics stay where they are. One all-reduce per
 minibatch step averages the flattened gradients before clipping, so every
 rank takes the same optimiser step and holds the same weights. Batch-level
 statistics (the batch std of ``adv_scale = batch``, the observation
-normaliser's moments, the diagnostics) are reduced across ranks. Rank 0's
-clock sets the learning-rate schedule and decides when to stop; it is
-broadcast each iteration, so no rank waits in a collective the others never
-reach.
+normaliser's moments and the diagnostics, in one all-reduce) are reduced
+across ranks. Rank 0's clock sets the learning-rate schedule and decides when
+to stop; it is broadcast each iteration, so no rank waits in a collective the
+others never reach.
 
-With one process no process group exists and every method below is the
+With one process no process group exists and every reduction below is the
 identity: the trainer computes exactly what it computed before, bit for bit.
 """
 from __future__ import annotations
@@ -33,11 +33,22 @@ from grpo_ctrl.grpo_config import GRPOConfig, check_config
 
 # rank r's simulators and noise are seeded with seed + r * RANK_SEED_STRIDE (rank 0: the seed)
 RANK_SEED_STRIDE = 1_000_003
-# A collective waits at most this long for the other ranks. Rank 0 alone
-# evaluates and checkpoints in between, so this must exceed the longest
-# evaluation; a rank that dies is usually noticed sooner, by the launcher or
-# by gloo's closed connection.
-COLLECTIVE_TIMEOUT = timedelta(seconds=float(os.environ.get("GRPO_CTRL_DIST_TIMEOUT", "300")))
+
+
+def collective_timeout() -> timedelta:
+    """How long a collective waits for the other ranks: GRPO_CTRL_DIST_TIMEOUT
+    seconds, 300 by default. Rank 0 alone evaluates and checkpoints in
+    between, so this must exceed the longest evaluation; a rank that dies is
+    usually noticed sooner, by the launcher or by gloo's closed connection."""
+    text = os.environ.get("GRPO_CTRL_DIST_TIMEOUT", "300")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise UserError(f"GRPO_CTRL_DIST_TIMEOUT={text!r} is not a positive number of seconds; "
+                        "unset it (300 s) or set e.g. 600")
+    return timedelta(seconds=seconds)
 
 
 class Ranks:
@@ -102,25 +113,26 @@ class Ranks:
         squares = self._sum([((x - mean) ** 2).sum()])
         return float(np.sqrt(squares[0] / (total[1] - 1)))
 
-    def update_norm(self, norm, x: torch.Tensor) -> None:
-        """Update a RunningNorm with all ranks' observations x (N, nobs)."""
+    def reduce_batch(self, norm, obs: torch.Tensor, diagnostics: dict | None = None) -> dict:
+        """Fold all ranks' observations obs (N, nobs) into the RunningNorm
+        norm, and return the diagnostics' means over the ranks: one
+        all-reduce of counts, sums and squares about the running mean (the
+        same on every rank, so the sums stay small where the data is)."""
+        diagnostics = diagnostics or {}
         if self.world == 1:
-            norm.update(x)
-            return
-        x = x.reshape(-1, norm.mean.numel()).double()
-        total = torch.cat([torch.tensor([float(x.shape[0])], dtype=torch.float64), x.sum(0)])
+            norm.update(obs)
+            return diagnostics
+        x = obs.reshape(-1, norm.mean.numel()).double()
+        d = x - norm.mean
+        total = torch.cat([torch.tensor([float(x.shape[0])], dtype=torch.float64), d.sum(0),
+                           (d * d).sum(0),
+                           torch.tensor(list(diagnostics.values()), dtype=torch.float64)])
         dist.all_reduce(total)
-        n, mean = total[0], total[1:] / total[0]
-        squares = ((x - mean) ** 2).sum(0)
-        dist.all_reduce(squares)
-        norm.merge(int(n), mean, squares / n)
-
-    def mean(self, values: dict) -> dict:
-        """Each number's mean over the ranks: one all-reduce."""
-        if self.world == 1:
-            return values
-        out = self._sum(list(values.values())) / self.world
-        return {k: float(v) for k, v in zip(values, out)}
+        k = norm.mean.numel()
+        n, shift = total[0], total[1:1 + k] / total[0]
+        var = (total[1 + k:1 + 2 * k] / n - shift * shift).clamp(min=0.0)
+        norm.merge(int(n), norm.mean + shift, var)
+        return {key: float(v) / self.world for key, v in zip(diagnostics, total[1 + 2 * k:])}
 
     def agree(self, values: list[float]) -> list[float]:
         """Rank 0's values, on every rank."""
@@ -161,7 +173,7 @@ def run_from_env(worker, args: tuple = ()) -> None:
     """Run ``worker(*args)`` as one rank of the process group a launcher such
     as torchrun described in the environment (MASTER_ADDR, MASTER_PORT,
     RANK, WORLD_SIZE)."""
-    dist.init_process_group("gloo", init_method="env://", timeout=COLLECTIVE_TIMEOUT)
+    dist.init_process_group("gloo", init_method="env://", timeout=collective_timeout())
     try:
         worker(*args)
     finally:
@@ -173,10 +185,9 @@ class WorkerFailed(RuntimeError):
 
 
 def _run_rank(rank: int, world: int, port: int, worker, args: tuple) -> None:
-    store = dist.TCPStore("127.0.0.1", port, world + 1, is_master=False,
-                          timeout=COLLECTIVE_TIMEOUT)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
-                            timeout=COLLECTIVE_TIMEOUT)
+    timeout = collective_timeout()
+    store = dist.TCPStore("127.0.0.1", port, world + 1, is_master=False, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
     try:
         worker(*args)
     finally:
@@ -191,7 +202,7 @@ def launch(nproc: int, worker, args: tuple = ()) -> None:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback, whatever the hostname says
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)  # we say it once
     store = dist.TCPStore("127.0.0.1", 0, nproc + 1, is_master=True, wait_for_workers=False,
-                          timeout=COLLECTIVE_TIMEOUT)
+                          timeout=collective_timeout())
     try:
         mp.start_processes(_run_rank, args=(nproc, store.port, worker, args), nprocs=nproc,
                            start_method="fork")

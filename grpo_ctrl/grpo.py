@@ -41,6 +41,7 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo_config import GRPOConfig, check_config
 from grpo_ctrl.overlap import OverlapCollector
 from grpo_ctrl.policy import GaussianPolicy, gaussian_log_prob, log_tanh_jacobian
+from grpo_ctrl.randomize import Randomization
 from grpo_ctrl.sim import BatchSim
 
 
@@ -186,13 +187,16 @@ class GroupRollout:
     parallel training passes one that reduces across processes."""
 
     def __init__(self, cfg: GRPOConfig, system: str, preset: str, seed: int,
-                 batch_std=None):
+                 batch_std=None, randomize: Randomization | None = None):
         n, g = cfg.num_starts, cfg.group_size
         self.cfg = cfg
         self.batch_std = batch_std
-        self.pool = BatchSim(system, n, preset=preset, seed=seed)
-        self.group = BatchSim(system, n * g, preset=preset, seed=seed + 10_000)
-        self.snapshot = BatchSim(system, n * g, preset=preset, seed=seed + 20_000)
+        # a pool trajectory draws its plant at each reset; its branches copy it
+        self.pool = BatchSim(system, n, preset=preset, seed=seed, randomize=randomize)
+        self.group = BatchSim(system, n * g, preset=preset, seed=seed + 10_000,
+                              randomize=randomize)
+        self.snapshot = BatchSim(system, n * g, preset=preset, seed=seed + 20_000,
+                                 randomize=randomize)
         self.spec = self.pool.spec
         self.rng = np.random.default_rng(seed)
         self.sim_steps = 0
@@ -214,12 +218,16 @@ class GroupRollout:
         noise = torch.randn(H, B, generator=gen) * std
         if cfg.continuation == "policy":
             noise.view(H, n, g)[:, :, 0] = 0.0  # branch 0 follows the mean action
+        last_act = None
         for t in range(H):
             raw[t] = torch.from_numpy(obs_np)
             mu[t] = policy.mu(policy.normalise(raw[t]))
             z[t] = mu[t] + noise[t]
             act = policy.u_max * np.tanh(z[t].numpy())  # np.tanh: torch.tanh is slow here
             rewards[t] = 0.0
+            if cfg.w_du > 0 and last_act is not None:  # the action-rate penalty
+                rewards[t] -= cfg.w_du * ((act - last_act) / policy.u_max) ** 2 * alive[t]
+            last_act = act
             alive[t + 1] = alive[t]
             for _ in range(cfg.action_repeat):
                 obs_np, r, term, _ = sim.step(act)
@@ -325,7 +333,8 @@ class Trainer:
     initialised torch.distributed group, or one process); it collects its
     share of the start states with its own seeds (grpo_ctrl/distributed.py)."""
 
-    def __init__(self, cfg: GRPOConfig, system: str, preset: str, ranks: Ranks | None = None):
+    def __init__(self, cfg: GRPOConfig, system: str, preset: str, ranks: Ranks | None = None,
+                 randomize: Randomization | None = None):
         check_config(cfg)
         self.ranks = ranks = ranks or Ranks.current()
         if cfg.overlap and ranks.world > 1:
@@ -333,9 +342,11 @@ class Trainer:
                             "set overlap = false with more than one process")
         local = ranks.local_config(cfg)
         self.cfg, self.system, self.preset = cfg, system, preset
+        self.randomize = randomize if randomize is not None else Randomization()
         torch.manual_seed(cfg.seed)
         self.gen = torch.Generator().manual_seed(ranks.seed(cfg.seed))
-        self.rollout = GroupRollout(local, system, preset, ranks.seed(cfg.seed), ranks.batch_std)
+        self.rollout = GroupRollout(local, system, preset, ranks.seed(cfg.seed), ranks.batch_std,
+                                    self.randomize)
         self.spec = self.rollout.spec
         self.policy = GaussianPolicy(self.spec.nobs, self.spec.u_max, cfg.hidden, cfg.layers,
                                      cfg.activation, cfg.log_std_init)
@@ -346,15 +357,15 @@ class Trainer:
         self.eps_scale = 1.0
         ranks.broadcast_parameters(self.policy)  # the same start on every rank, whatever seeds did
         # the pool starts from resets; prime the normaliser with what they look like
-        ranks.update_norm(self.policy.obs_norm,
-                          torch.from_numpy(self.rollout.pool.observe().copy()))
+        ranks.reduce_batch(self.policy.obs_norm,
+                           torch.from_numpy(self.rollout.pool.observe().copy()))
         self.policy.refresh_norm()
         # overlap: a second process collects (started here, before the training clock)
         self._collector = None
         if cfg.overlap:
             spec = self.spec
             self._collector = OverlapCollector(
-                lambda: GroupRollout(cfg, system, preset, cfg.seed),
+                lambda: GroupRollout(cfg, system, preset, cfg.seed, randomize=self.randomize),
                 lambda: GaussianPolicy(spec.nobs, spec.u_max, cfg.hidden, cfg.layers,
                                        cfg.activation),
                 cfg.seed)
@@ -392,13 +403,13 @@ class Trainer:
         stats = grpo_update(self.policy, self.ref, self.opt, batch, cfg, eps_low, eps_high,
                             self.gen, self.ranks.average_gradients)
         returns = batch.returns
-        stats = self.ranks.mean({  # the whole batch's diagnostics, the same on every rank
+        # the whole batch's normaliser statistics and diagnostics, the same on every rank
+        stats = self.ranks.reduce_batch(self.policy.obs_norm, batch.raw_obs, {
             "branch_return": float(returns.mean()),
             "group_reward_std": float(returns.std(axis=1, ddof=1).mean()),
             "zero_spread": zero_spread_fraction(returns), "entropy": batch.entropy, **stats})
         if cfg.trust_region == "adaptive":
             self.eps_scale = adapt_clip(self.eps_scale, stats["kl_old"], cfg.kl_target)
-        self.ranks.update_norm(self.policy.obs_norm, batch.raw_obs)
         self.policy.refresh_norm()
         self.iteration += 1
         if self.ref is not None and self.iteration % cfg.ref_refresh == 0:
@@ -420,9 +431,11 @@ class Trainer:
             group["lr"] = self.cfg.lr * (1.0 - (1.0 - self.cfg.lr_end) * frac)
 
     def evaluate(self) -> tuple[float, float]:
-        """(mean return, success rate) of the deterministic policy."""
+        """(mean return, success rate) of the deterministic policy, on plants
+        drawn as in training."""
         from grpo_ctrl.closed_loop import evaluate
-        ep = evaluate(self.policy.controller(self.spec), self.cfg.eval_episodes, self.eval_seed)
+        ep = evaluate(self.policy.controller(self.spec), self.cfg.eval_episodes, self.eval_seed,
+                      randomize=self.randomize)
         return float(ep.returns.mean()), float(ep.success.mean())
 
     # resume support: what beyond the policy a run needs to continue

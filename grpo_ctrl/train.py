@@ -4,15 +4,26 @@
 Configuration precedence: per-plant defaults < ``--config`` file < flags.
 Every ``GRPOConfig`` field is a flag (``num_starts`` -> ``--num-starts``).
 
+Ctrl-C, SIGTERM and SIGHUP stop training after the iteration in progress: the
+final checkpoint, the metrics and the curve are written, the collector process
+ends, and the exit status is 128 + the signal's number. ``--resume`` continues
+from ``latest.pt``; metrics rows past its iteration (left by a crash) are
+dropped, so no iteration is logged twice.
+
 Data-parallel training (docs/distributed.md): ``--nproc N`` starts N local
 workers; under ``torchrun`` (``python -m grpo_ctrl train ...``) each process
 the launcher starts is one rank. Rank 0 evaluates and writes the run folder.
+The plant's domain randomisation is the file's ``[randomize]`` table
+(``grpo_ctrl.randomize.Randomization`` fields) over the plant's default
+ranges, then ``--randomize KEY=VALUE`` flags; ``config.toml`` records it.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
+import signal
 import sys
 import time
 from dataclasses import asdict, fields
@@ -30,11 +41,15 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write, save_figure
 from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import CHOICES, GRPOConfig, check_config, default_config
+from grpo_ctrl.option_types import number
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
-from grpo_ctrl.run_folder import BEST, CONFIG, CURVE, LATEST, METRICS, checkpoint_file
-from grpo_ctrl.plant import presets, systems, default_preset
+from grpo_ctrl.plant import resolve_plant
+from grpo_ctrl.randomize import Randomization, default_randomization, with_overrides
+from grpo_ctrl.run_folder import (BEST, CONFIG, CURVE, LATEST, METRICS, checkpoint_file,
+                                  read_metrics)
 
-RUN_KEYS = ("system", "preset")  # what config.toml holds besides the GRPOConfig fields
+# what config.toml holds besides the GRPOConfig fields
+RUN_KEYS = ("system", "preset", "randomize")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,19 +61,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue the run in --out from its latest checkpoint for another "
                         "--time-budget seconds")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--nproc", type=int, default=None, metavar="N",
+    p.add_argument("--nproc", type=number(int, 1, 1024), default=None, metavar="N",
                    help="data-parallel worker processes on this machine, one per core "
                         "(default 1; overlap is off with more than one; under torchrun the "
                         "launcher sets the processes: leave this out)")
+    p.add_argument("--randomize", action="append", default=[], metavar="KEY=VALUE",
+                   help="domain randomisation over the plant's default ranges (pendulum/rig "
+                        "and furuta/qube-servo2 draw by default; docs/robustness.md): "
+                        "params=0.3, delay=1,2, motor_k=0.5,1, scale.m=0.8,1.2, ..., or off")
     g = p.add_argument_group("GRPO hyperparameters (override the config file)")
     for f in fields(GRPOConfig):
         flag = "--" + f.name.replace("_", "-")
-        kind = {"int": int, "float": float, "str": str, "bool": _boolean}[
-            f.type if isinstance(f.type, str) else f.type.__name__]
+        m = f.metadata
+        kind = {"int": int, "float": float, "str": str, "bool": _boolean}[f.type]
         metavar = ("|".join(CHOICES[f.name]) if f.name in CHOICES else
                    "true|false" if kind is _boolean else kind.__name__.upper())
-        g.add_argument(flag, dest=f.name, type=kind, default=None, metavar=metavar,
-                       help=f.metadata["doc"].replace("%", "%%"))
+        parse = number(kind, m["low"], m["high"], m["above"]) if kind in (int, float) else kind
+        g.add_argument(flag, dest=f.name, type=parse, default=None, metavar=metavar,
+                       choices=m["choices"], help=m["doc"].replace("%", "%%"))
 
 
 def _boolean(text: str) -> bool:
@@ -87,22 +107,31 @@ def read_toml(path: str) -> dict:
     return data
 
 
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    return json.dumps(str(v))
+
+
 def write_toml(path: Path, data: dict) -> None:
-    """Flat TOML of strings, ints, floats and bools, written atomically."""
-    lines = []
-    for k, v in data.items():
-        if isinstance(v, bool):
-            lines.append(f"{k} = {'true' if v else 'false'}")
-        elif isinstance(v, (int, float)):
-            lines.append(f"{k} = {v!r}" if math.isfinite(v) else
-                         f"{k} = {'inf' if v > 0 else '-inf'}")
-        else:
-            lines.append(f"{k} = {json.dumps(str(v))}")
+    """TOML of strings, numbers, bools and lists, with dict values as tables
+    after the plain keys, written atomically."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for name, table in data.items():
+        if isinstance(table, dict):
+            lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
     atomic_write(path, "\n".join(lines) + "\n")
 
 
-def resolve(args) -> tuple[str, str, GRPOConfig, Path]:
-    """Plant, configuration and run folder from defaults, file and flags."""
+def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
+    """Plant, configuration, run folder and randomisation from defaults, file
+    and flags."""
     file_cfg = {}
     out = Path(args.out) if args.out else None
     if args.resume:
@@ -114,45 +143,59 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path]:
         file_cfg = read_toml(str(out / CONFIG))
     if args.config:
         file_cfg.update(read_toml(args.config))
-    system = args.system or file_cfg.get("system") or "pendulum"
-    if system not in systems():
-        raise UserError(f"unknown system {system!r}; choose one of {systems()}")
-    preset = args.preset or file_cfg.get("preset") or default_preset(system)
-    if preset not in presets(system):
-        raise UserError(f"unknown preset {preset!r} for {system}; choose one of {presets(system)}")
+    system, preset = resolve_plant(args.system or file_cfg.get("system") or "pendulum",
+                                 args.preset or file_cfg.get("preset"))
     cfg = default_config(system, preset)
     for f in fields(GRPOConfig):
         value = getattr(args, f.name, None)
         if value is None and f.name in file_cfg:
             value = file_cfg[f.name]
         if value is not None:
-            want = type(getattr(cfg, f.name))
-            if want is float and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
-            if not isinstance(value, want) or (isinstance(value, bool) and want is not bool):
-                raise UserError(f"{f.name} must be a {want.__name__}, got {value!r}")
+            if f.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)  # TOML's 30 for 30.0
             setattr(cfg, f.name, value)
     check_config(cfg)
+    table = file_cfg.get("randomize", {})
+    if not isinstance(table, dict):
+        raise UserError("randomize in a config file must be a [randomize] table")
+    randomize = with_overrides(Randomization.from_table(
+        table, default_randomization(system, preset)), getattr(args, "randomize", None) or [])
     if out is None:
         out = Path("runs") / f"{system}-{preset}-{datetime.now():%Y%m%d-%H%M%S}"
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {str(out)!r} is a file, not a run folder; choose another --out")
     if not args.resume and out.exists() and any(out.iterdir()):
         raise UserError(f"run folder {str(out)!r} already exists and is not empty; choose "
                         "another --out, or add --resume to continue it")
-    return system, preset, cfg, out
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"cannot create the run folder {str(out)!r}: {str(existing)!r} is not a "
+                        "writable folder; choose another --out")
+    return system, preset, cfg, out, randomize
 
 
 class RunFolder:
-    """The files of one run: config, metrics, checkpoints, curve."""
+    """The files of one run: config, metrics, checkpoints, curve.
 
-    def __init__(self, out: Path, system: str, preset: str, cfg: GRPOConfig, resume: bool):
+    ``resume_at``: the iteration of the checkpoint a resumed run continues
+    from; metrics rows after it (written before a crash, or cut short) are
+    dropped, so that no iteration appears twice."""
+
+    def __init__(self, out: Path, system: str, preset: str, cfg: GRPOConfig,
+                 randomize: Randomization, resume_at: int | None = None):
         self.out = out
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UserError(f"cannot create run folder {str(out)!r}: {e.strerror or e}; choose "
                             "another --out") from None
-        write_toml(out / CONFIG, {"system": system, "preset": preset, **asdict(cfg)})
-        self.metrics = open(out / METRICS, "a" if resume else "w")
+        write_toml(out / CONFIG, {"system": system, "preset": preset, **asdict(cfg),
+                                  "randomize": randomize.to_table()})
+        path = out / METRICS
+        if resume_at is not None:
+            kept = [row for row in read_metrics(path) if row.get("iteration", 0) <= resume_at]
+            atomic_write(path, "".join(json.dumps(row) + "\n" for row in kept))
+        self.metrics = open(path, "a" if resume_at is not None else "w")
 
     def log(self, row: dict) -> None:
         self.metrics.write(json.dumps(row) + "\n")
@@ -160,7 +203,8 @@ class RunFolder:
 
     def checkpoint(self, trainer: Trainer, name: str, extra: dict) -> None:
         ck = trainer.policy.checkpoint(trainer.spec, asdict(trainer.cfg),
-                                       {**extra, "trainer": trainer.state()})
+                                       {**extra, "trainer": trainer.state(),
+                                        "randomize": trainer.randomize.to_table()})
         save_checkpoint(ck, self.out / checkpoint_file(name))
 
     def close(self) -> None:
@@ -172,7 +216,7 @@ def plot_curve(metrics_path: Path, png: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = [json.loads(line) for line in open(metrics_path) if line.strip()]
+    rows = read_metrics(metrics_path)
     if not rows:
         return
     t = [r["wall_time"] for r in rows]
@@ -200,22 +244,28 @@ def plot_curve(metrics_path: Path, png: Path) -> None:
 
 
 def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: bool = False,
-          progress: bool = True, on_iteration=None, ranks: Ranks | None = None) -> dict:
-    """Train until the time budget or iteration limit; returns a summary.
+          progress: bool = True, on_iteration=None, ranks: Ranks | None = None,
+          randomize: Randomization | None = None, stop=None) -> dict:
+    """Train until the time budget or iteration limit, or until ``stop()``
+    (checked between iterations) is true; returns a summary.
     ``on_iteration(trainer, row)`` is called after every iteration (the
     benchmark snapshots the policy there); its time is not training time.
     In data-parallel training every rank calls this; rank 0's clock decides
-    the schedule and the stop, and rank 0 alone evaluates and writes ``out``."""
+    the schedule and the stop, and rank 0 alone evaluates and writes ``out``.
+    ``randomize``: the plant's ranges (default: ``default_randomization``)."""
     from tqdm import tqdm
     ranks = ranks or Ranks.current()
-    trainer = Trainer(cfg, system, preset, ranks)
-    folder = RunFolder(out, system, preset, cfg, resume) if out is not None and ranks.is_main \
-        else None
+    if randomize is None:
+        randomize = default_randomization(system, preset)
+    trainer = Trainer(cfg, system, preset, ranks, randomize)
     wall, best, evals_done = 0.0, -math.inf, 0
     if resume:
         ck = read_checkpoint(out / checkpoint_file(LATEST))
         trainer.load_state(GaussianPolicy.from_checkpoint(ck), ck["trainer"])
         wall, best = float(ck.get("wall_time", 0.0)), float(ck.get("best_return", -math.inf))
+    folder = (RunFolder(out, system, preset, cfg, randomize,
+                        trainer.iteration if resume else None)
+              if out is not None and ranks.is_main else None)
     start_wall, next_eval = wall, wall
     budget = cfg.time_budget if cfg.time_budget > 0 else math.inf
     bar = tqdm(total=None if math.isinf(budget) else round(budget, 1), unit="s",
@@ -225,8 +275,9 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
     try:
         while True:
             go = wall - start_wall < budget and (cfg.iterations == 0 or
-                                                 trainer.iteration < cfg.iterations)
-            wall, go = ranks.agree([wall, go])  # rank 0's clock, on every rank
+                                                 trainer.iteration < cfg.iterations) and not (
+                stop is not None and stop())
+            wall, go = ranks.agree([wall, go])  # rank 0's clock and signals, on every rank
             if not go:
                 break
             t0 = time.perf_counter()
@@ -282,7 +333,7 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
 
 
 def run(args) -> int:
-    system, preset, cfg, out = resolve(args)
+    system, preset, cfg, out, randomize = resolve(args)
     launched = distributed.torchrun_world()
     if launched is not None and args.nproc is not None:
         raise UserError("--nproc starts local workers, but torchrun already started this one: "
@@ -296,22 +347,28 @@ def run(args) -> int:
                             "cores: drop --overlap (one rank per core is faster)")
         cfg.overlap = False
         Ranks(0, world).local_config(cfg)  # each rank's share is whole and valid
-    work = (system, preset, cfg, out, args.resume, not args.quiet)
-    if launched is not None:
-        distributed.run_from_env(_train_and_report, work)
-    elif world > 1:
-        try:
-            distributed.launch(world, _train_and_report, work)
-        except distributed.WorkerFailed as e:
-            print(f"grpo-ctrl train: error: {e}", file=sys.stderr)
-            return 1
-    else:
-        _train_and_report(*work)
-    return 0
+    with StopSignals() as signals:  # before the fork: every rank inherits it
+        work = (system, preset, cfg, out, args.resume, not args.quiet, randomize,
+                lambda: signals.received is not None)
+        if launched is not None:
+            distributed.run_from_env(_train_and_report, work)
+        elif world > 1:
+            try:
+                distributed.launch(world, _train_and_report, work)
+            except distributed.WorkerFailed as e:
+                print(f"grpo-ctrl train: error: {e}", file=sys.stderr)
+                return 1
+        else:
+            _train_and_report(*work)
+    if signals.received is None:
+        return 0
+    print(f"grpo-ctrl train: stopped by {signal.Signals(signals.received).name}; checkpoint and "
+          f"metrics saved; continue with `grpo-ctrl train --resume --out {out}`", file=sys.stderr)
+    return 128 + signals.received
 
 
 def _train_and_report(system: str, preset: str, cfg: GRPOConfig, out: Path, resume: bool,
-                      progress: bool) -> None:
+                      progress: bool, randomize: Randomization, stop) -> None:
     """Train as this process's rank; rank 0 says what it does."""
     ranks = Ranks.current()
     if ranks.is_main:
@@ -319,10 +376,36 @@ def _train_and_report(system: str, preset: str, cfg: GRPOConfig, out: Path, resu
               + (f" or {cfg.iterations} iterations" if cfg.iterations else "")
               + ("; rollouts on the second core (--overlap false: one core)" if cfg.overlap
                  else "")
-              + (f"; {ranks.world} data-parallel processes" if ranks.world > 1 else ""),
-              flush=True)
-    summary = train(system, preset, cfg, out, resume=resume, progress=progress, ranks=ranks)
+              + (f"; {ranks.world} data-parallel processes" if ranks.world > 1 else "")
+              + ("; plants randomised (docs/robustness.md; --randomize off: nominal)"
+                 if randomize.active else ""), flush=True)
+    summary = train(system, preset, cfg, out, resume=resume, progress=progress, ranks=ranks,
+                    randomize=randomize, stop=stop)
     if ranks.is_main:
         print(f"done: {summary['iterations']} iterations in {summary['wall_time']:.1f} s; best "
               f"evaluation return {summary['best_return']:.1f} ({cfg.eval_episodes} episodes); "
               f"run folder {out} (evaluate with `grpo-ctrl eval {out}`)")
+
+
+class StopSignals:
+    """Ctrl-C, SIGTERM (timeout, systemd, docker) and SIGHUP (terminal closed)
+    ask training to stop after the iteration in progress, so that the last
+    checkpoint, the metrics and the collector process end consistently; a
+    second signal interrupts at once."""
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.received: int | None = None
+
+    def __enter__(self) -> "StopSignals":
+        self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)

@@ -72,12 +72,11 @@ def _reduce_worker(out_dir: str) -> None:
     ranks.average_gradients(policy.parameters())
     norm = RunningNorm(3)
     norm.update(torch.ones(4, 3))  # some history, the same on both ranks
-    ranks.update_norm(norm, obs)
+    mean = ranks.reduce_batch(norm, obs, {"a": float(ranks.rank), "b": 10.0})
     result = {"std": ranks.batch_std(rewards), "norm_mean": norm.mean.tolist(),
               "norm_var": norm.var.tolist(), "count": norm.count,
               "grads": [p.grad.tolist() for p in policy.parameters()],
-              "params": _policy_fingerprint(policy),
-              "mean": ranks.mean({"a": float(ranks.rank), "b": 10.0}),
+              "params": _policy_fingerprint(policy), "mean": mean,
               "agree": ranks.agree([float(ranks.rank) + 0.5])}
     with open(os.path.join(out_dir, f"rank{ranks.rank}.json"), "w") as fh:
         json.dump(result, fh)
@@ -163,7 +162,7 @@ def test_one_process_is_the_plain_trainer(tmp_path):
     assert _policy_fingerprint(saved) == _policy_fingerprint(plain.policy)
 
 
-def test_shares_that_do_not_divide_are_refused_before_any_work(tmp_path):
+def test_bad_shares_and_settings_are_refused_before_any_work(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="multiple of the number of processes"):
         Ranks(0, 3).local_config(GRPOConfig(num_starts=4))
     with pytest.raises(UserError, match="each rank's share: minibatches"):
@@ -173,6 +172,8 @@ def test_shares_that_do_not_divide_are_refused_before_any_work(tmp_path):
     assert cli.main(["train", "--out", str(out), "--nproc", "0", *TINY_FLAGS]) == 2
     assert cli.main(["train", "--out", str(out), "--nproc", "2", "--overlap", "true",
                      *TINY_FLAGS]) == 2
+    monkeypatch.setenv("GRPO_CTRL_DIST_TIMEOUT", "soon")
+    assert cli.main(["train", "--out", str(out), "--nproc", "2", *TINY_FLAGS]) == 2
     assert not out.exists()
 
 

@@ -275,6 +275,7 @@ def test_trained_grpo_run_round_trip_and_provenance(trained_run, tmp_path, capsy
     assert meta["source"] == str(ckpt)
     assert meta["source_sha256"] == metadata.sha256_file(ckpt)
     assert meta["verified_samples"] == 10_000 and meta["verified_max_abs_error"] <= TOLERANCE
+    assert meta["randomize"]["params"] == 0.0 and meta["randomize"]["delay"] == [0, 0]  # gym: exact
     obs = operating_observations("pendulum", "gym")
     session = ort.InferenceSession(str(out))
     onnx_u = session.run(None, {"obs": obs})[0][:, 0]

@@ -130,8 +130,8 @@ def test_config_file_then_flags_take_precedence(tmp_path):
     conf.write_text('system = "cartpole"\npreset = "swingup"\ngroup_size = 4\nlr = 0.01\n')
     p = argparse.ArgumentParser()
     add_arguments(p)
-    system, preset, cfg, _ = resolve(p.parse_args(["--config", str(conf), "--lr", "0.002",
-                                                   "--out", str(tmp_path / "r")]))
+    system, preset, cfg, _, _ = resolve(p.parse_args(["--config", str(conf), "--lr", "0.002",
+                                                      "--out", str(tmp_path / "r")]))
     assert (system, preset, cfg.group_size, cfg.lr) == ("cartpole", "swingup", 4, 0.002)
     assert cfg.horizon == 160  # the cart-pole swing-up's own default, from no file or flag
 
@@ -140,8 +140,12 @@ def test_config_file_then_flags_take_precedence(tmp_path):
     (["train", "--system", "trolley"], "unknown system"),
     (["train", "--preset", "moon"], "unknown preset"),
     (["train", "--continuation", "oracle"], "continuation"),
-    (["train", "--group-size", "1"], "group_size"),
+    (["train", "--group-size", "1"], "--group-size"),
     (["train", "--loss-steps", "100", "--horizon", "50"], "loss_steps"),
+    (["train", "--out", __file__], "is a file, not a run folder"),
+    # each within its own range, together beyond this machine's memory
+    (["train", "--num-starts", "1000000", "--horizon", "10000"], "GiB"),
+    (["train", "--hidden", "60000", "--layers", "60"], "GiB"),
     (["eval", "/nonexistent/run"], "neither a run folder"),
     (["eval"], "name a RUN"),
 ])
@@ -159,10 +163,22 @@ def test_bad_config_file_and_corrupt_checkpoint_are_clean_errors(tmp_path, capsy
     conf.write_text("lr = 'fast'\n")
     assert cli.main(["train", "--config", str(conf), "--out", str(tmp_path / "r")]) == 2
     assert "lr must be a float" in capsys.readouterr().err
+    conf.write_text("time_budget = nan\n")  # was: trained forever, recorded as -inf
+    assert cli.main(["train", "--config", str(conf), "--out", str(tmp_path / "r")]) == 2
+    assert "time_budget must be a finite number" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
     bad = tmp_path / "broken.pt"
     bad.write_bytes(b"not a checkpoint at all")
-    with pytest.raises(UserError, match="not a readable grpo-ctrl checkpoint"):
+    with pytest.raises(UserError, match="not a grpo-ctrl checkpoint"):
         load_policy_controller(bad)
+    # a pickle that runs code when loaded: named for what it is, not loaded, and torch's
+    # advice to retry with weights_only=False is not passed on
+    marker = tmp_path / "code-ran"
+    torch.save({"format": _RunsCode(str(marker))}, tmp_path / "evil.pt")
+    assert cli.main(["eval", str(tmp_path / "evil.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "is not a grpo-ctrl checkpoint" in err and "weights_only" not in err, err
+    assert err.count("\n") == 1 and not marker.exists()
     empty = tmp_path / "emptyrun"
     empty.mkdir()
     with pytest.raises(UserError, match="has no checkpoint"):
@@ -170,6 +186,14 @@ def test_bad_config_file_and_corrupt_checkpoint_are_clean_errors(tmp_path, capsy
     torch.save({"something": 1}, tmp_path / "other.pt")
     with pytest.raises(UserError, match="not a grpo-ctrl policy checkpoint"):
         load_policy_controller(tmp_path / "other.pt")
+
+
+class _RunsCode:
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
 
 
 def test_existing_run_folder_is_not_overwritten(run_folder, capsys):
@@ -265,3 +289,69 @@ def test_every_hyperparameter_documents_itself():
         assert f.metadata.get("doc"), f.name
     assert set(CHOICES) == {"continuation", "reward_form", "adv_scale", "loss_agg",
                             "trust_region", "activation"}
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("sig, processes", [
+    (signal.SIGTERM, ["--overlap", "true"]), (signal.SIGHUP, ["--overlap", "true"]),
+    (signal.SIGTERM, ["--overlap", "false", "--nproc", "2"])], ids=["TERM", "HUP", "TERM-2-ranks"])
+def test_a_signal_stops_training_cleanly_and_resume_repeats_no_iteration(sig, processes, tmp_path,
+                                                                         capsys):
+    """SIGTERM (timeout, systemd) and SIGHUP (terminal closed), sent to the
+    whole process group as `timeout` and a terminal do, end `train` like
+    Ctrl-C: the collector (or the other ranks) stop, the checkpoint matches the metrics, and a
+    resume after a crash-cut metrics line continues without repeating one."""
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "grpo_ctrl.cli", "train", "--out", str(out), "--quiet",
+            *processes, "--num-starts", "8", "--group-size", "4", "--horizon", "16",
+            "--loss-steps", "8", "--eval-every", "0.2", "--eval-episodes", "8",
+            "--time-budget", "600"]
+    train = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    from grpo_ctrl.run_folder import read_metrics
+    deadline = time.monotonic() + 120
+    while len(read_metrics(out / "metrics.jsonl")) < 5:
+        assert train.poll() is None and time.monotonic() < deadline, train.communicate()
+        time.sleep(0.1)
+    children = [int(p) for p in os.listdir("/proc")
+                if p.isdigit() and _parent_of(int(p)) == train.pid]
+    assert children, "no collector or worker process"
+    os.killpg(train.pid, sig)
+    _, err = train.communicate(timeout=120)
+    assert train.returncode == 128 + sig, err
+    assert err.strip().count("\n") == 0 and f"stopped by {signal.Signals(sig).name}" in err, err
+    deadline = time.monotonic() + 10
+    while _group_alive(train.pid):  # the collector, had it been left behind
+        assert time.monotonic() < deadline, f"processes left in the group: {children}"
+        time.sleep(0.05)
+    for name in ("config.toml", "metrics.jsonl", "curve.png", "latest.pt", "best.pt"):
+        assert (out / name).is_file(), name
+    rows = read_metrics(out / "metrics.jsonl")
+    stopped_at = torch.load(out / "latest.pt", weights_only=True)["trainer"]["iteration"]
+    assert [r["iteration"] for r in rows] == list(range(1, stopped_at + 1))
+
+    # what a SIGKILL mid-write leaves: a row past the checkpoint, then a cut-short line
+    with open(out / "metrics.jsonl", "a") as fh:
+        fh.write(json.dumps({**rows[-1], "iteration": stopped_at + 1}) + "\n")
+        fh.write('{"iteration": ' + str(stopped_at + 2) + ', "wall_ti')
+    (out / "curve.png").unlink()
+    assert cli.main(["train", "--out", str(out), "--resume", "--iterations",
+                     str(stopped_at + 3), "--quiet"]) == 0
+    iterations = [r["iteration"] for r in read_metrics(out / "metrics.jsonl")]
+    assert iterations == list(range(1, stopped_at + 4))
+    assert (out / "curve.png").is_file()
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
