@@ -24,6 +24,7 @@ COMMANDS = {
     "verify": ("grpo_ctrl.export.cli_verify", "check an exported ONNX controller against its source"),
     "hil": ("grpo_ctrl.firmware_bridge.hil", "serve a hardware-in-the-loop pendulum on a pseudo-terminal"),
     "run": ("grpo_ctrl.firmware_bridge.host", "run an ONNX controller closed-loop over serial"),
+    "firmware": ("grpo_ctrl.firmware_bridge.boards", "write a firmware project for a board (uno, mps2-an386), built and sized"),
     "bench": ("grpo_ctrl.bench_cli", "run a benchmark (sim, train, export, loop)"),
 }
 
