@@ -21,11 +21,16 @@ import torch
 from grpo_ctrl.errors import UserError
 
 BASELINES = ("lqr", "swingup-lqr")
+OPTIMUM = "optimum"  # the dynamic-programming reference (pendulum only; not exportable)
 
 
 def load_controller(source: str, system: str | None = None, preset: str | None = None):
     """A controller from a run folder, a checkpoint file, or a baseline name
-    (``lqr``, ``swingup-lqr``; these need ``system``, and take ``preset``)."""
+    (``lqr``, ``swingup-lqr``, or the reference ``optimum``; these need
+    ``system``, and take ``preset``)."""
+    if source == OPTIMUM:
+        from grpo_ctrl.baselines.optimum import make_optimum
+        return make_optimum(system or "pendulum", preset)
     if source in BASELINES:
         if system is None:
             raise UserError(f"the baseline {source!r} needs a plant: add --system "
