@@ -66,14 +66,19 @@ def upright_and_still(system: str, x: np.ndarray) -> np.ndarray:
 
 @torch.no_grad()
 def evaluate(controller, num_episodes: int, seed: int = 0, steps: int | None = None,
-             **model) -> Episodes:
+             start_states: np.ndarray | None = None, **model) -> Episodes:
     """Run ``num_episodes`` episodes of the controller's plant at once, each
-    to the preset's ``max_steps`` (or ``steps``). ``model`` overrides model
-    fields of the simulator (e.g. ``delay=1``, ``x0_low=...``)."""
+    to the preset's ``max_steps`` (or ``steps``), from draws of the preset's
+    start distribution (or from ``start_states (num_episodes, nx)``).
+    ``model`` overrides model fields of the simulator (e.g. ``delay=1``,
+    ``x0_low=...``)."""
     spec = controller.spec
     sim = BatchSim(spec.system, num_episodes, spec.preset, seed=seed, **model)
     steps = steps or sim.model.max_steps
     obs = sim.reset()
+    if start_states is not None:
+        sim.set_state({"x": np.asarray(start_states, dtype=float)})
+        obs = sim.observe()
     returns = np.zeros(num_episodes)
     alive = np.ones(num_episodes, bool)
     switches = _ModeSwitches(controller, num_episodes)
