@@ -46,7 +46,7 @@ from grpo_ctrl.export.c_codegen import write_c
 from grpo_ctrl.export.onnx_export import export_onnx
 from grpo_ctrl.export.session import PolicySession
 from grpo_ctrl.export.verify import operating_observations
-from grpo_ctrl.grpo import GRPOConfig
+from grpo_ctrl.grpo_config import GRPOConfig
 from grpo_ctrl.policy import GaussianPolicy, PolicyController
 from grpo_ctrl.sim import BatchSim
 

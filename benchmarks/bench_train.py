@@ -40,7 +40,7 @@ import torch  # noqa: E402
 
 from grpo_ctrl.controller import act  # noqa: E402
 from grpo_ctrl.evaluate import evaluate_on_gym  # noqa: E402
-from grpo_ctrl.grpo import default_config  # noqa: E402
+from grpo_ctrl.grpo_config import default_config  # noqa: E402
 from grpo_ctrl.sim import BatchSim  # noqa: E402
 from grpo_ctrl.train import train  # noqa: E402
 

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_train import Snapshots, score  # noqa: E402
 
-from grpo_ctrl.grpo import default_config  # noqa: E402
+from grpo_ctrl.grpo_config import default_config  # noqa: E402
 from grpo_ctrl.train import train  # noqa: E402
 
 VARIANTS = [("serial, lr 3e-3", {"overlap": False, "lr": 3e-3}),

@@ -38,7 +38,7 @@ def _controller(args, out: Path):
     if args.quick:
         print(f"[1/4] controller: swing-up-plus-LQR baseline for {args.system}/{args.preset}")
         return load_controller("swingup-lqr", args.system, args.preset)
-    from grpo_ctrl.grpo import default_config
+    from grpo_ctrl.grpo_config import default_config
     from grpo_ctrl.train import train
     cfg = default_config(args.system, args.preset)
     cfg.time_budget, cfg.seed = args.budget, args.seed

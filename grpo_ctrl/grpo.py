@@ -26,9 +26,7 @@ import copy
 import math
 import os
 import time
-import multiprocessing
-import signal
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 
 # Idle OpenMP threads sleep instead of spinning: on a machine shared with
 # other processes, spinning made two-thread updates 20-60x slower. Only
@@ -38,122 +36,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from grpo_ctrl.errors import UserError
+from grpo_ctrl.grpo_config import GRPOConfig, check_config
+from grpo_ctrl.overlap import OverlapCollector
 from grpo_ctrl.policy import GaussianPolicy, gaussian_log_prob, log_tanh_jacobian
 from grpo_ctrl.sim import BatchSim
-
-
-def two_cores() -> bool:
-    """Whether this process may run on two cores or more (overlap's default:
-    on one core the collector would only take turns with the update)."""
-    try:
-        return len(os.sched_getaffinity(0)) >= 2
-    except AttributeError:  # no affinity on this platform
-        return (os.cpu_count() or 1) >= 2
-
-
-@dataclass
-class GRPOConfig:
-    # rollouts
-    num_starts: int = 32          # start states (GRPO "queries") per iteration
-    group_size: int = 8           # branches cloned from each start state (G)
-    horizon: int = 64             # decisions each branch is rolled out
-    loss_steps: int = 32          # first decisions of a branch in the loss; the rest: look-ahead
-    action_repeat: int = 1        # control steps each training action is held (1 = every step)
-    gamma: float = 0.98           # discount of rewards within a branch
-    reset_prob: float = 0.1       # chance per iteration that a trajectory restarts from a reset
-    continuation: str = "random"  # branch a trajectory continues from: greedy|softmax|random|policy
-    softmax_temperature: float = 1.0  # on group-normalised returns, for softmax continuation
-    # advantages and loss
-    reward_form: str = "outcome"  # outcome (branch return) | reward_to_go (normalised per step)
-    adv_scale: str = "group"      # divide centred rewards by the std of: group | batch | none
-    loss_agg: str = "token"       # grpo (per branch, then mean) | token (all steps) | dr_grpo
-    eps_low: float = 0.2          # ratio clip below: 1 - eps_low
-    eps_high: float = 0.28        # ratio clip above: 1 + eps_high (DAPO clip-higher)
-    trust_region: str = "fixed"   # fixed, or adaptive: scale eps to hold KL(old||new) at kl_target
-    kl_target: float = 0.01       # target KL(pi_old || pi) per update for the adaptive trust region
-    beta: float = 0.0             # weight of the k3 KL penalty to the reference policy (0 = off)
-    ref_refresh: int = 20         # iterations between copies of pi into pi_ref
-    # optimisation
-    epochs: int = 1               # passes over each batch of groups (mu)
-    minibatches: int = 2          # minibatches per epoch, split by branch
-    lr: float = 2e-3              # Adam learning rate at the start
-    lr_end: float = 0.05          # learning rate at the end of the budget, as a fraction of lr
-    max_grad_norm: float = 1.0    # gradient clipping by global norm
-    # policy
-    hidden: int = 64              # width of each hidden layer
-    layers: int = 2               # number of hidden layers
-    activation: str = "relu"      # hidden activation: relu|elu|tanh (tanh is slow on this CPU)
-    log_std_init: float = 0.0     # initial log std of the pre-squash Gaussian
-    log_std_min: float = -2.5     # noise floor: log std is clamped at or above this
-    # run
-    seed: int = 0                 # seeds the simulator and torch
-    time_budget: float = 30.0     # seconds of training wall time (0 = no limit)
-    iterations: int = 0           # stop after this many iterations (0 = no limit)
-    eval_every: float = 1.0       # training seconds between evaluations (best checkpoint)
-    eval_episodes: int = 100      # episodes per evaluation (fixed starts, deterministic policy)
-    threads: int = 1              # torch threads for the update (rollouts use one: small ops)
-    overlap: bool = field(default_factory=two_cores)  # next batch collected meanwhile, 2nd core
-
-
-CHOICES = {"continuation": ("greedy", "softmax", "random", "policy"),
-           "reward_form": ("outcome", "reward_to_go"),
-           "adv_scale": ("group", "batch", "none"),
-           "loss_agg": ("grpo", "token", "dr_grpo"),
-           "trust_region": ("fixed", "adaptive"),
-           "activation": ("relu", "elu", "tanh")}
-
-# Per-plant defaults: the dataclass defaults are the gym pendulum's.
-SYSTEM_DEFAULTS = {
-    ("pendulum", "gym"): {},
-    # 200 Hz control: hold training actions for 4 steps (50 Hz decisions, 2 s horizon)
-    ("pendulum", "rig"): {"action_repeat": 4, "horizon": 100, "loss_steps": 50, "gamma": 0.99,
-                          "time_budget": 60.0, "eval_every": 10.0, "eval_episodes": 50},
-    ("cartpole", "gym"): {"horizon": 128, "loss_steps": 64, "gamma": 0.99, "time_budget": 30.0,
-                          "eval_every": 5.0},
-    ("cartpole", "swingup"): {"horizon": 160, "loss_steps": 80, "gamma": 0.99,
-                              "time_budget": 60.0, "eval_every": 5.0, "eval_episodes": 50},
-    # 500 Hz control: hold each training action for 5 steps (100 Hz decisions), so that
-    # exploration noise is not averaged away within the pendulum's time constant; the
-    # deployed controller still acts every step. Without it: 0 % success after 300 s.
-    # lr 1.5e-3: with overlap, 100 % success on both seeds tried (2e-3: 97 % and 100 %)
-    ("furuta", "qube-servo2"): {"action_repeat": 5, "horizon": 120, "loss_steps": 60,
-                                "gamma": 0.99, "lr": 1.5e-3, "time_budget": 120.0,
-                                "eval_every": 20.0, "eval_episodes": 50},
-}
-
-
-def default_config(system: str, preset: str) -> GRPOConfig:
-    return GRPOConfig(**SYSTEM_DEFAULTS.get((system, preset), {}))
-
-
-def check_config(cfg: GRPOConfig) -> None:
-    """UserError naming the first bad field."""
-    for name, allowed in CHOICES.items():
-        if getattr(cfg, name) not in allowed:
-            raise UserError(f"{name} = {getattr(cfg, name)!r} is not one of {list(allowed)}")
-    positive = ("num_starts", "group_size", "horizon", "loss_steps", "action_repeat", "epochs",
-                "minibatches", "hidden", "layers", "eval_episodes", "threads", "lr", "ref_refresh")
-    for name in positive:
-        if not getattr(cfg, name) > 0:
-            raise UserError(f"{name} must be positive, got {getattr(cfg, name)!r}")
-    if cfg.loss_steps > cfg.horizon:
-        raise UserError(f"loss_steps ({cfg.loss_steps}) cannot exceed horizon ({cfg.horizon})")
-    if cfg.group_size < 2:
-        raise UserError("group_size must be at least 2: advantages compare branches of a group")
-    if cfg.minibatches > cfg.num_starts * cfg.group_size:
-        raise UserError(f"minibatches ({cfg.minibatches}) exceeds the number of branches "
-                        f"({cfg.num_starts * cfg.group_size})")
-    if not 0.0 < cfg.gamma <= 1.0 or not 0.0 <= cfg.reset_prob <= 1.0:
-        raise UserError("gamma must lie in (0, 1] and reset_prob in [0, 1]")
-    if not (cfg.eps_low > 0 and cfg.eps_high > 0 and cfg.eps_low < 1):
-        raise UserError("eps_low must lie in (0, 1) and eps_high be positive")
-    for name in ("beta", "lr_end", "time_budget", "iterations", "eval_every", "max_grad_norm",
-                 "kl_target", "softmax_temperature"):
-        if getattr(cfg, name) < 0:
-            raise UserError(f"{name} must be non-negative, got {getattr(cfg, name)!r}")
-    if cfg.overlap and cfg.threads > 1:
-        raise UserError("overlap already puts the rollouts on the second core: set threads = 1")
 
 
 # =====================================================================
@@ -416,50 +302,6 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
             "clip_high": float(np.mean(clip_hi)), "kl_old": kl_old, "kl_ref": kl_ref}
 
 
-# Between the trainer and the overlap collector, tensors travel as numpy
-# arrays: pickling those is ~20x faster than pickling tensors.
-def _policy_message(policy: GaussianPolicy) -> dict:
-    return {"net": {k: v.numpy() for k, v in policy.net.state_dict().items()},
-            "log_std": policy.log_std.detach().numpy().copy(),
-            "norm": (policy._obs_mean.numpy(), policy._obs_inv_std.numpy())}
-
-
-def _load_policy_message(policy: GaussianPolicy, msg: dict) -> None:
-    policy.net.load_state_dict({k: torch.from_numpy(v) for k, v in msg["net"].items()})
-    with torch.no_grad():
-        policy.log_std.copy_(torch.from_numpy(msg["log_std"]))
-    policy._obs_mean, policy._obs_inv_std = (torch.from_numpy(a) for a in msg["norm"])
-
-
-def _batch_message(batch: Batch) -> dict:
-    return {f.name: (v.numpy() if isinstance(v := getattr(batch, f.name), torch.Tensor) else v)
-            for f in fields(Batch)}
-
-
-def _batch_from_message(msg: dict) -> Batch:
-    return Batch(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) and k != "returns" else v
-                    for k, v in msg.items()})
-
-
-def _collector(conn, cfg: GRPOConfig, system: str, preset: str) -> None:
-    """The overlap collector, in its own process (so it does not share the
-    GIL): receives a policy, answers with a batch of groups collected by it,
-    until it receives None. It owns the trajectory pool from the start."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer decides when to stop
-    torch.set_num_threads(1)
-    rollout = GroupRollout(cfg, system, preset, cfg.seed)
-    gen = torch.Generator().manual_seed(cfg.seed + 1)
-    spec = rollout.spec
-    policy = GaussianPolicy(spec.nobs, spec.u_max, cfg.hidden, cfg.layers, cfg.activation)
-    conn.send("ready")
-    while (msg := conn.recv()) is not None:
-        try:
-            _load_policy_message(policy, msg)
-            conn.send(_batch_message(rollout.collect(policy, gen)))
-        except Exception as e:  # reported, and raised, by the trainer
-            conn.send(e)
-
-
 # =====================================================================
 # The trainer.
 # =====================================================================
@@ -484,15 +326,14 @@ class Trainer:
         self.policy.obs_norm.update(torch.from_numpy(self.rollout.pool.observe().copy()))
         self.policy.refresh_norm()
         # overlap: a second process collects (started here, before the training clock)
-        self._collector = self._pipe = None
-        self._pending = False
+        self._collector = None
         if cfg.overlap:
-            self._pipe, theirs = multiprocessing.get_context("fork").Pipe()
-            self._collector = multiprocessing.get_context("fork").Process(
-                target=_collector, args=(theirs, cfg, system, preset), daemon=True)
-            self._collector.start()
-            if self._pipe.recv() != "ready":
-                raise RuntimeError("the overlap collector did not start")
+            spec = self.spec
+            self._collector = OverlapCollector(
+                lambda: GroupRollout(cfg, system, preset, cfg.seed),
+                lambda: GaussianPolicy(spec.nobs, spec.u_max, cfg.hidden, cfg.layers,
+                                       cfg.activation),
+                cfg.seed)
 
     def _batch(self) -> Batch:
         """This iteration's groups. With overlap, the collector process
@@ -504,28 +345,16 @@ class Trainer:
         if self._collector is None:
             torch.set_num_threads(1)
             return self.rollout.collect(self.policy, self.gen)
-        if not self._pending:  # the first batch: nothing was collected ahead
-            self._pipe.send(_policy_message(self.policy))
-        msg = self._pipe.recv()
-        if isinstance(msg, Exception):
-            raise msg
-        self._pipe.send(_policy_message(self.policy))
-        batch = _batch_from_message(msg)
-        self._pending = True
+        batch = self._collector.next_batch(self.policy)
         self.rollout.sim_steps = batch.sim_steps
         batch.obs = self.policy.normalise(batch.raw_loss_obs).contiguous()
         return batch
 
     def close(self) -> None:
         """Stop the collector process (overlap), if there is one."""
-        if self._collector is None:
-            return
-        if self._pending:
-            self._pipe.recv()  # the batch it is collecting: nobody will train on it
-        self._pipe.send(None)
-        self._collector.join(timeout=10)
-        self._pipe.close()
-        self._collector = None
+        if self._collector is not None:
+            self._collector.close()
+            self._collector = None
 
     def step(self) -> dict:
         """One iteration: collect groups, update, refresh stats. Returns metrics."""

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write, save_figure
-from grpo_ctrl.grpo import CHOICES, GRPOConfig, Trainer, check_config, default_config
+from grpo_ctrl.grpo import Trainer
+from grpo_ctrl.grpo_config import CHOICES, GRPOConfig, check_config, default_config
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
 from grpo_ctrl.sim import presets, systems, default_preset
 
@@ -45,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar = ("|".join(CHOICES[f.name]) if f.name in CHOICES else
                    "true|false" if kind is _boolean else kind.__name__.upper())
         g.add_argument(flag, dest=f.name, type=kind, default=None, metavar=metavar,
-                       help=_field_doc(f.name))
+                       help=f.metadata["doc"].replace("%", "%%"))
 
 
 def _boolean(text: str) -> bool:
@@ -54,16 +55,6 @@ def _boolean(text: str) -> bool:
     if text.lower() in ("false", "0", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _field_doc(name: str) -> str:
-    """The one-line comment after the field in GRPOConfig's source."""
-    import inspect
-    for line in inspect.getsource(GRPOConfig).splitlines():
-        head = line.strip()
-        if head.startswith(name + ":") and "#" in head:
-            return head.split("#", 1)[1].strip().replace("%", "%%")
-    return ""
 
 
 def read_toml(path: str) -> dict:

@@ -204,7 +204,7 @@ def test_grpo_policy_controller_round_trip(activation, tmp_path):
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    from grpo_ctrl.grpo import GRPOConfig
+    from grpo_ctrl.grpo_config import GRPOConfig
     from grpo_ctrl.train import train
 
     out = tmp_path_factory.mktemp("run") / "pendulum"

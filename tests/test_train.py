@@ -2,6 +2,11 @@
 through its checkpoint, and the command line fails cleanly on bad input."""
 import hashlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -10,7 +15,8 @@ import torch
 from grpo_ctrl import cli
 from grpo_ctrl.baselines.evaluate import evaluate
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.grpo import GRPOConfig, Trainer
+from grpo_ctrl.grpo import Trainer
+from grpo_ctrl.grpo_config import GRPOConfig
 from grpo_ctrl.policy import load_policy_controller
 
 torch.set_num_threads(1)
@@ -222,3 +228,39 @@ def test_gym_evaluation_refuses_other_plants():
     from grpo_ctrl.evaluate import evaluate_on_gym
     with pytest.raises(UserError, match="pendulum/gym preset"):
         evaluate_on_gym(load_controller("lqr", "cartpole", "gym"), 2)
+
+
+def test_the_overlap_collector_dies_with_a_killed_trainer(tmp_path):
+    """SIGKILL of the trainer (no chance to clean up) must not leave the
+    forked collector blocked in a pipe write, holding its memory."""
+    code = ("import time; from grpo_ctrl.grpo import Trainer;"
+            "from grpo_ctrl.grpo_config import GRPOConfig;"
+            "t = Trainer(GRPOConfig(overlap=True, num_starts=8, group_size=4, horizon=16,"
+            " loss_steps=8), 'pendulum', 'gym'); t.step();"
+            "print(t._collector._process.pid, flush=True); time.sleep(60)")
+    trainer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    collector = int(trainer.stdout.readline())
+    os.kill(trainer.pid, signal.SIGKILL)
+    trainer.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(collector, 0)
+        except ProcessLookupError:
+            return
+        with open(f"/proc/{collector}/stat") as fh:  # a zombie is gone in all but name
+            if fh.read().split(")")[-1].split()[0] == "Z":
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"collector {collector} outlived its trainer")
+
+
+def test_every_hyperparameter_documents_itself():
+    """--help and the config check read each field's doc and choices from the
+    dataclass metadata: no field may lack them."""
+    from dataclasses import fields
+    from grpo_ctrl.grpo_config import CHOICES
+    for f in fields(GRPOConfig):
+        assert f.metadata.get("doc"), f.name
+    assert set(CHOICES) == {"continuation", "reward_form", "adv_scale", "loss_agg",
+                            "trust_region", "activation"}
