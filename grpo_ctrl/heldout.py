@@ -6,9 +6,10 @@ the paired difference has a far smaller standard error than the two means
 (the start state moves a return by tens of points; a better controller is
 better on nearly every start).
 
-The episodes are fixed start states from fixed seeds, away from the seeds
-training uses (its in-training evaluation runs seeds 0-99 of the C
-simulator). For the gym pendulum they are Gymnasium's own Pendulum-v1
+The episodes are fixed start states from fixed seeds, not the ones training
+selects ``best.pt`` on (its in-training evaluation draws 100 starts from the C
+simulator's RNG, seeds 1000003 + the training seed on). For the gym pendulum
+they are Gymnasium's own Pendulum-v1
 resets (``reset(seed=s)``, s = ``HELDOUT_SEED`` + i), then stepped in the C
 simulator's ``gym`` preset, which matches Gymnasium step for step
 (``tests/test_sim_parity.py``; ``tests/test_heldout.py`` checks the whole
