@@ -58,6 +58,10 @@ STUDIES = {
             ("H 128, L 64, gamma 0.99", {"horizon": 128, "loss_steps": 64, "gamma": 0.99}),
             ("reset_prob 0.3", {"reset_prob": 0.3}),
             ("hidden 128", {"hidden": 128})],
+    # the gap sits on hanging-down starts: weigh the groups by their spread, or look further
+    "gap_weighting": [("advantages not scaled (Dr. GRPO)", {"adv_scale": "none"}),
+                      ("advantages scaled by the batch std", {"adv_scale": "batch"}),
+                      ("gamma 0.99", {"gamma": 0.99})],
 }
 
 
