@@ -102,6 +102,8 @@ def main(argv=None) -> int:
     p.add_argument("--episodes", type=int, default=HELDOUT_EPISODES,
                    help="held-out episodes scoring each final policy")
     p.add_argument("--study", choices=list(STUDIES), action="append")
+    p.add_argument("--only", action="append", metavar="VARIANT",
+                   help="run only these variants of the studies (repeatable)")
     p.add_argument("--png-dir", default=None, help="write [PLANT-]STUDY.png plots here")
     args = p.parse_args(argv)
     plant = (args.system, args.preset)
@@ -123,6 +125,8 @@ def main(argv=None) -> int:
         print("|---|---|---|---|---|---|" + ("---|" if gym else ""))
         results = {}
         for name, overrides in STUDIES[study]:
+            if args.only and name not in args.only:
+                continue
             runs = [one_run(plant, overrides, s, args.iterations, args.eval_every, args.episodes)
                     for s in range(args.seeds)]
             results[name] = runs
@@ -140,9 +144,9 @@ def main(argv=None) -> int:
                           + ", ".join(f"{m:+.1f} ± {e:.1f}" for m, e in d) + ") |")
             print(f"| {name} | {mean_se(g)} |{paired} {100 * success:.0f} % | {np.mean(b):.1f} | "
                   f"{med} | {np.mean([r['wall'] for r in runs]):.0f} |", flush=True)
-        if args.png_dir:
-            prefix = "" if gym else f"{args.system}-"
-            plot(results, plant, study, os.path.join(args.png_dir, f"{prefix}{study}.png"))
+            if args.png_dir:  # after every variant: a run cut short keeps its plot
+                prefix = "" if gym else f"{args.system}-"
+                plot(results, plant, study, os.path.join(args.png_dir, f"{prefix}{study}.png"))
     return 0
 
 
