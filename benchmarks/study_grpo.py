@@ -105,7 +105,13 @@ def main(argv=None) -> int:
     p.add_argument("--only", action="append", metavar="VARIANT",
                    help="run only these variants of the studies (repeatable)")
     p.add_argument("--png-dir", default=None, help="write [PLANT-]STUDY.png plots here")
+    p.add_argument("--plot-gaps", nargs="+", metavar="PNG TABLE",
+                   help="instead of training: draw the per-seed paired gaps to the optimum of "
+                        "the printed tables TABLE... (gym pendulum studies) into PNG")
     args = p.parse_args(argv)
+    if args.plot_gaps:
+        plot_gaps(args.plot_gaps[1:], args.plot_gaps[0])
+        return 0
     plant = (args.system, args.preset)
     gym = plant == ("pendulum", "gym")
     threshold = THRESHOLD.get(plant)
@@ -148,6 +154,37 @@ def main(argv=None) -> int:
                 prefix = "" if gym else f"{args.system}-"
                 plot(results, plant, study, os.path.join(args.png_dir, f"{prefix}{study}.png"))
     return 0
+
+
+def plot_gaps(tables: list[str], path: str) -> None:
+    """Per-seed paired gaps (final - optimum, with their s.e.) read back from
+    the markdown rows this script prints, one row of points per variant."""
+    import re
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = []
+    for table in tables:
+        for line in open(table):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) >= 3 and "(" in cells[2] and "±" in cells[2]:
+                per_seed = re.findall(r"([-+][\d.]+) ± ([\d.]+)", cells[2].split("(", 1)[1])
+                rows.append((cells[0], [(float(m), float(e)) for m, e in per_seed]))
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(rows) + 1.2))
+    for k, (name, seeds) in enumerate(rows):
+        for j, (m, e) in enumerate(seeds):
+            ax.errorbar(m, k + 0.12 * (j - (len(seeds) - 1) / 2), xerr=2 * e, fmt="o", ms=4,
+                        color="C0", ecolor="C0", elinewidth=1)
+        ax.plot(np.mean([m for m, _ in seeds]), k, "|", ms=16, color="k")
+    ax.set_yticks(range(len(rows)), [name for name, _ in rows])
+    ax.invert_yaxis()
+    ax.axvline(0, color="k", lw=0.6, ls=":")
+    ax.set_xlabel("final policy - optimum, paired on held-out episodes\n"
+                  "(dots: seeds, ± 2 s.e.; bar: mean over seeds)")
+    fig.tight_layout()
+    from grpo_ctrl.files import save_figure
+    save_figure(fig, path)
+    plt.close(fig)
 
 
 def plot(results: dict, plant, study: str, path: str) -> None:
