@@ -178,6 +178,8 @@ def plot_gaps(tables: list[str], path: str) -> None:
         ax.plot(np.mean([m for m, _ in seeds]), k, "|", ms=16, color="k")
     ax.set_yticks(range(len(rows)), [name for name, _ in rows])
     ax.invert_yaxis()
+    if min(m for _, seeds in rows for m, _ in seeds) < -100:  # a failed variant: keep the rest readable
+        ax.set_xscale("symlog", linthresh=20)
     ax.axvline(0, color="k", lw=0.6, ls=":")
     ax.set_xlabel("final policy - optimum, paired on held-out episodes\n"
                   "(dots: seeds, ± 2 s.e.; bar: mean over seeds)")
