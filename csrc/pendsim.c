@@ -3,6 +3,7 @@
  * The plants' equations live in plants.c.
  */
 #include "pendsim.h"
+#include "plant_layout.h"
 #include "plants.h"
 
 #include <math.h>
@@ -45,9 +46,12 @@ void ps_seed(ps_data *d, const uint64_t *seed)
 
 /* sin and cos of x for float32 observations, written so that the compiler
  * vectorises a loop of them: Cody-Waite reduction by pi/2 and fdlibm's
- * kernel polynomials on [-pi/4, pi/4]. Error about 1e-16 for |x| < 1e5,
- * far below float32's resolution, so observations round as with libm except
- * in rare ties (then by one float32 ulp). */
+ * kernel polynomials on [-pi/4, pi/4]. Error about 1e-16 for |x| <=
+ * FAST_SINCOS_MAX, far below float32's resolution, so observations round as
+ * with libm except in rare ties (then by one float32 ulp). Beyond it (where
+ * k * pio2_1 is no longer exact) and for NaN the values are wrong but
+ * defined: callers take libm's there (sincos_any, fix_far_angles). */
+#define FAST_SINCOS_MAX 1e5
 static inline void fast_sincos(double x, double *s_out, double *c_out)
 {
   const double two_over_pi = 6.36619772367581382433e-01;
@@ -55,7 +59,8 @@ static inline void fast_sincos(double x, double *s_out, double *c_out)
   const double pio2_2 = 6.07710050630396597660e-11;  /* next 33 bits */
   const double pio2_3 = 2.02226624879595063154e-21;  /* the rest */
   const double round_magic = 6755399441055744.0;      /* 1.5 * 2^52 */
-  const double k = (x * two_over_pi + round_magic) - round_magic;
+  const double k_magic = x * two_over_pi + round_magic; /* k in the low mantissa bits */
+  const double k = k_magic - round_magic;
   const double r = ((x - k * pio2_1) - k * pio2_2) - k * pio2_3;
   const double z = r * r;
   const double S1 = -1.66666666666666324348e-01, S2 = 8.33333333332248946124e-03,
@@ -66,8 +71,11 @@ static inline void fast_sincos(double x, double *s_out, double *c_out)
                C5 = 2.08757232129817482790e-09, C6 = -1.13596475577881948265e-11;
   const double sr = r + r * z * (S1 + z * (S2 + z * (S3 + z * (S4 + z * (S5 + z * S6)))));
   const double cr = 1.0 - 0.5 * z + z * z * (C1 + z * (C2 + z * (C3 + z * (C4 + z * (C5 + z * C6)))));
-  const int quadrant = (int)k; /* modulo 4 by its low bits, also when negative */
-  const int odd = quadrant & 1, neg = quadrant & 2;
+  /* k mod 4 from the mantissa's low bits (two's complement for k < 0, exact
+   * for |k| < 2^51); a cast of k to int would overflow for large |x| */
+  uint64_t k_bits;
+  memcpy(&k_bits, &k_magic, sizeof k_bits);
+  const int odd = (int)(k_bits & 1u), neg = (int)(k_bits & 2u);
   const double s = odd ? cr : sr, c = odd ? -sr : cr;
   *s_out = neg ? -s : s;
   *c_out = neg ? -c : c;
@@ -136,6 +144,17 @@ static double quadratic_cost(const ps_model *m, const double *x, double u)
   return cost + m->w_u * (u * u);
 }
 
+/* fast_sincos where it is accurate, else libm (one angle at a time). */
+static inline void sincos_any(double x, double *s_out, double *c_out)
+{
+  if (fabs(x) <= FAST_SINCOS_MAX) {
+    fast_sincos(x, s_out, c_out);
+  } else {
+    *s_out = sin(x);
+    *c_out = cos(x);
+  }
+}
+
 /* Observation of one state. Angles enter as (cos, sin), computed by
  * fast_sincos: the observation is float32, so libm's last bits are moot. */
 static inline void observation(int system, const double *x, float *obs)
@@ -143,13 +162,13 @@ static inline void observation(int system, const double *x, float *obs)
   double c0, s0, c1, s1;
   switch (system) {
   case PS_PENDULUM:
-    fast_sincos(x[0], &s0, &c0);
+    sincos_any(x[0], &s0, &c0);
     obs[0] = (float)c0;
     obs[1] = (float)s0;
     obs[2] = (float)x[1];
     break;
   case PS_CARTPOLE:
-    fast_sincos(x[2], &s0, &c0);
+    sincos_any(x[2], &s0, &c0);
     obs[0] = (float)x[0];
     obs[1] = (float)x[1];
     obs[2] = (float)c0;
@@ -157,8 +176,8 @@ static inline void observation(int system, const double *x, float *obs)
     obs[4] = (float)x[3];
     break;
   default:
-    fast_sincos(x[0], &s0, &c0);
-    fast_sincos(x[1], &s1, &c1);
+    sincos_any(x[0], &s0, &c0);
+    sincos_any(x[1], &s1, &c1);
     obs[0] = (float)c0;
     obs[1] = (float)s0;
     obs[2] = (float)c1;
@@ -176,13 +195,16 @@ static int has_sensor_model(const ps_model *m)
   return 0;
 }
 
-/* What environment b's sensors report: the true state with Gaussian noise
- * (from the environment's RNG), then encoder quantisation. */
+/* What environment b's sensors report: the true state plus its offset,
+ * with Gaussian noise (from the environment's RNG), then encoder
+ * quantisation. */
 static void observe_env(const ps_model *m, ps_data *d, int b, float *obs)
 {
   double x[PS_MAX_NX];
+  const int nq = m->plant_mode != PS_PLANT_NOMINAL ? m->nx / 2 : 0;
   for (int k = 0; k < m->nx; ++k) {
     x[k] = d->x[k * d->B + b];
+    if (k < nq) x[k] += d->offset[k * d->B + b];
     if (m->noise_std[k] > 0) x[k] += m->noise_std[k] * rng_normal(d, b);
     if (m->enc_counts[k] > 0) {
       const double q = 2 * PI / m->enc_counts[k];
@@ -244,23 +266,69 @@ observe_all_exact_avx2(int system, int B, const double *restrict xs, float *rest
 #define OBSERVE_ALL_EXACT observe_all_exact
 #endif
 
+/* After the vectorised loop: the (cos, sin) of angles beyond FAST_SINCOS_MAX
+ * (or NaN) from libm. A second pass keeps the loop above free of branches. */
+static void fix_far_angles(const ps_model *m, int B, const double *xs, float *obs)
+{
+  /* per plant: state index of each angle and where its cos sits in obs */
+  static const int ANGLE[PS_NUM_SYSTEMS][2] = {{0, -1}, {2, -1}, {0, 1}};
+  static const int COS_AT[PS_NUM_SYSTEMS][2] = {{0, -1}, {2, -1}, {0, 2}};
+  for (int j = 0; j < 2 && ANGLE[m->system][j] >= 0; ++j) {
+    const double *x = xs + (size_t)ANGLE[m->system][j] * B;
+    for (int b = 0; b < B; ++b) {
+      if (fabs(x[b]) <= FAST_SINCOS_MAX) continue;
+      float *o = obs + (size_t)b * m->nobs + COS_AT[m->system][j];
+      o[0] = (float)cos(x[b]);
+      o[1] = (float)sin(x[b]);
+    }
+  }
+}
+
 static void observe_all(const ps_model *m, ps_data *d, float *obs)
 {
-  if (has_sensor_model(m)) {
+  if (has_sensor_model(m) || m->plant_mode != PS_PLANT_NOMINAL) {
     for (int b = 0; b < d->B; ++b) observe_env(m, d, b, obs + (size_t)b * m->nobs);
   } else {
     OBSERVE_ALL_EXACT(m->system, d->B, d->x, obs);
+    fix_far_angles(m, d->B, d->x, obs);
   }
+}
+
+static double rng_between(ps_data *d, int b, double lo, double hi)
+{
+  return lo + (hi - lo) * rng_uniform(d, b);
+}
+
+/* A new plant for environment b from the model's ranges. Every quantity
+ * takes its draw even when its range is a point, so that changing one
+ * range leaves the draws of all the others as they were. */
+static void draw_plant(const ps_model *m, ps_data *d, int b)
+{
+  const int B = d->B;
+  const ps_plant_ranges *r = &m->ranges;
+  for (int k = 0; k < m->nparam; ++k)
+    d->param[k * B + b] = rng_between(d, b, r->param_lo[k], r->param_hi[k]);
+  const int delay = r->delay_lo + (int)((r->delay_hi - r->delay_lo + 1) * rng_uniform(d, b));
+  d->delay[b] = delay > r->delay_hi ? r->delay_hi : delay;
+  d->motor_k[b] = rng_between(d, b, r->motor_k_lo, r->motor_k_hi);
+  d->torque_noise[b] = rng_between(d, b, r->torque_noise_lo, r->torque_noise_hi);
+  for (int k = 0; k < m->nx / 2; ++k)
+    d->offset[k * B + b] = rng_between(d, b, r->offset_lo[k], r->offset_hi[k]);
 }
 
 static void reset_env(const ps_model *m, ps_data *d, int b)
 {
   const int B = d->B;
-  for (int k = 0; k < m->nparam; ++k) d->param[k * B + b] = m->param[k];
-  for (int k = 0; k < m->nx; ++k) {
-    const double lo = m->x0_low[k], hi = m->x0_high[k];
-    d->x[k * B + b] = lo + (hi - lo) * rng_uniform(d, b);
+  if (m->plant_mode == PS_PLANT_NOMINAL) {
+    for (int k = 0; k < m->nparam; ++k) d->param[k * B + b] = m->param[k];
+  } else {
+    if (m->plant_mode == PS_PLANT_DRAW) draw_plant(m, d, b);
+    d->tau[b] = 0.0;
+    d->push[b] = 0.0;
+    d->push_left[b] = 0;
   }
+  for (int k = 0; k < m->nx; ++k)
+    d->x[k * B + b] = rng_between(d, b, m->x0_low[k], m->x0_high[k]);
   for (int i = 0; i < PS_MAX_DELAY; ++i) d->act_buf[i * B + b] = 0.0f;
   d->t[b] = 0;
 }
@@ -269,6 +337,8 @@ static void reset_env(const ps_model *m, ps_data *d, int b)
  * Public API.
  * ---------------------------------------------------------------------- */
 void ps_observe(const ps_model *m, ps_data *d, float *obs) { observe_all(m, d, obs); }
+
+void ps_observation(int system, const double *x, float *obs) { observation(system, x, obs); }
 
 void ps_reset(const ps_model *m, ps_data *d, const uint8_t *mask, float *obs)
 {
@@ -288,9 +358,9 @@ static int all_finite(const float *a, size_t n)
 
 /* The command that reaches environment b's actuator now: the action from
  * `delay` steps ago (the new one joins the queue), saturated. */
-static inline float actuator_command(const ps_model *m, ps_data *d, int b, float u)
+static inline float actuator_command(const ps_model *m, ps_data *d, int b, float u, int delay)
 {
-  const int B = d->B, delay = m->delay;
+  const int B = d->B;
   if (delay > 0) {
     float *buf = d->act_buf;
     const float oldest = buf[b];
@@ -300,6 +370,40 @@ static inline float actuator_command(const ps_model *m, ps_data *d, int b, float
   }
   const float u_max = (float)m->u_max;
   return u > u_max ? u_max : (u < -u_max ? -u_max : u);
+}
+
+/* Environment b's actuation delay: the model's, or its own plant's (a
+ * held one is the caller's: kept in bounds). */
+static inline int env_delay(const ps_model *m, const ps_data *d, int b)
+{
+  if (m->plant_mode == PS_PLANT_NOMINAL) return m->delay;
+  const int delay = d->delay[b];
+  return delay < 0 ? 0 : (delay > PS_MAX_DELAY ? PS_MAX_DELAY : delay);
+}
+
+/* What drives environment b's plant when its command is u (plant modes
+ * other than NOMINAL): the motor's first-order response to u, actuator
+ * noise and any push (see ps_plant_ranges). */
+static double actuator_input(const ps_model *m, ps_data *d, int b, double u)
+{
+  const ps_plant_ranges *r = &m->ranges;
+  const double k = d->motor_k[b]; /* k = 1: u itself, not u to rounding */
+  const double tau = k >= 1.0 ? u : d->tau[b] + k * (u - d->tau[b]);
+  d->tau[b] = tau;
+  double input = tau;
+  if (d->torque_noise[b] > 0) input += d->torque_noise[b] * rng_normal(d, b);
+  if (r->push_rate > 0) {
+    if (d->push_left[b] == 0 && rng_uniform(d, b) < r->push_rate * m->dt) {
+      const double magnitude = rng_between(d, b, r->push_lo, r->push_hi);
+      d->push[b] = rng_uniform(d, b) < 0.5 ? -magnitude : magnitude;
+      d->push_left[b] = r->push_steps;
+    }
+    if (d->push_left[b] > 0) {
+      input += d->push[b];
+      d->push_left[b]--;
+    }
+  }
+  return input;
 }
 
 /* Termination, truncation and the step count of environment b after its
@@ -399,12 +503,12 @@ static void dynamics_pendulum_gym(const ps_model *m, ps_data *d, const float *ac
   const int B = d->B;
   const double *g = d->param + PS_PEND_G * B, *mass = d->param + PS_PEND_M * B,
                *l = d->param + PS_PEND_L * B;
-  const int wide = HAVE_AVX2_FMA();
+  const int wide = HAVE_AVX2_FMA(), delay = m->delay; /* the nominal plant's */
   float u[GYM_CHUNK];
   double unused_reward[GYM_CHUNK];
   for (int b0 = 0; b0 < B; b0 += GYM_CHUNK) {
     const int n = B - b0 < GYM_CHUNK ? B - b0 : GYM_CHUNK;
-    for (int j = 0; j < n; ++j) u[j] = actuator_command(m, d, b0 + j, action[b0 + j]);
+    for (int j = 0; j < n; ++j) u[j] = actuator_command(m, d, b0 + j, action[b0 + j], delay);
     (wide ? pendulum_gym_chunk_avx2 : pendulum_gym_chunk_base)(
         m, n, d->x + b0, d->x + B + b0, g + b0, mass + b0, l + b0, u, d->t + b0,
         reward ? reward + b0 : unused_reward, terminated + b0, truncated + b0);
@@ -416,11 +520,12 @@ static void dynamics_generic(const ps_model *m, ps_data *d, const float *action,
 {
   const int B = d->B;
   double x[PS_MAX_NX], p[PS_MAX_PARAMS];
+  const int nominal = m->plant_mode == PS_PLANT_NOMINAL;
   for (int b = 0; b < B; ++b) {
-    const float u = actuator_command(m, d, b, action[b]);
+    const float u = actuator_command(m, d, b, action[b], env_delay(m, d, b));
     load(m, d, b, x, p);
     double r = m->reward_kind == PS_REWARD_ALIVE ? 1.0 : -quadratic_cost(m, x, u);
-    integrate(m, p, x, u);
+    integrate(m, p, x, nominal ? u : actuator_input(m, d, b, u));
     for (int k = 0; k < m->nx; ++k) d->x[k * B + b] = x[k];
     r += end_of_step(m, d, b, x, terminated, truncated);
     if (reward) reward[b] = r;
@@ -434,7 +539,7 @@ static void step_all(const ps_model *m, ps_data *d, const float *action, float *
                      int autoreset, float *final_obs)
 {
   const int B = d->B;
-  if (m->gym_precision && m->system == PS_PENDULUM)
+  if (m->gym_precision && m->system == PS_PENDULUM && m->plant_mode == PS_PLANT_NOMINAL)
     dynamics_pendulum_gym(m, d, action, reward, terminated, truncated);
   else
     dynamics_generic(m, d, action, reward, terminated, truncated);
@@ -454,6 +559,7 @@ int ps_step(const ps_model *m, ps_data *d, const float *action, float *obs,
 {
   if (!all_finite(action, (size_t)d->B)) return PS_ERR_NONFINITE;
   if (!terminated || !truncated) return PS_ERR_MODEL;
+  if (ps_data_check(m, d) != PS_OK) return PS_ERR_DATA;
   step_all(m, d, action, obs, reward, terminated, truncated, autoreset, final_obs);
   return PS_OK;
 }
@@ -464,11 +570,18 @@ int ps_rollout(const ps_model *m, ps_data *d, int K, const float *actions, float
   const size_t B = (size_t)d->B;
   if (!all_finite(actions, (size_t)K * B)) return PS_ERR_NONFINITE;
   if (!terminated || !truncated) return PS_ERR_MODEL;
+  if (ps_data_check(m, d) != PS_OK) return PS_ERR_DATA;
   for (int k = 0; k < K; ++k) {
     step_all(m, d, actions + k * B, obs ? obs + k * B * m->nobs : 0,
              reward ? reward + k * B : 0, terminated + k * B, truncated + k * B, autoreset, 0);
   }
   return PS_OK;
+}
+
+static int has_plant_arrays(const ps_data *d)
+{
+  return d->delay && d->motor_k && d->torque_noise && d->offset && d->tau && d->push &&
+         d->push_left;
 }
 
 int ps_copy_envs(const ps_model *m, ps_data *dst, const int32_t *dst_idx,
@@ -477,7 +590,9 @@ int ps_copy_envs(const ps_model *m, ps_data *dst, const int32_t *dst_idx,
   for (int i = 0; i < n; ++i)
     if (dst_idx[i] < 0 || dst_idx[i] >= dst->B || src_idx[i] < 0 || src_idx[i] >= src->B)
       return PS_ERR_INDEX;
+  if (ps_data_check(m, dst) != PS_OK || ps_data_check(m, src) != PS_OK) return PS_ERR_DATA;
   const int Bd = dst->B, Bs = src->B;
+  const int plant_arrays = has_plant_arrays(dst) && has_plant_arrays(src);
   for (int i = 0; i < n; ++i) {
     const int a = dst_idx[i], b = src_idx[i];
     for (int k = 0; k < m->nx; ++k) dst->x[k * Bd + a] = src->x[k * Bs + b];
@@ -486,8 +601,21 @@ int ps_copy_envs(const ps_model *m, ps_data *dst, const int32_t *dst_idx,
     dst->rng_key[a] = src->rng_key[b];
     dst->rng_ctr[a] = src->rng_ctr[b];
     dst->t[a] = src->t[b];
+    if (!plant_arrays) continue;
+    dst->delay[a] = src->delay[b];
+    dst->motor_k[a] = src->motor_k[b];
+    dst->torque_noise[a] = src->torque_noise[b];
+    for (int k = 0; k < m->nx / 2; ++k) dst->offset[k * Bd + a] = src->offset[k * Bs + b];
+    dst->tau[a] = src->tau[b];
+    dst->push[a] = src->push[b];
+    dst->push_left[a] = src->push_left[b];
   }
   return PS_OK;
+}
+
+int ps_data_check(const ps_model *m, const ps_data *d)
+{
+  return m->plant_mode == PS_PLANT_NOMINAL || has_plant_arrays(d) ? PS_OK : PS_ERR_DATA;
 }
 
 void ps_dynamics(const ps_model *m, const ps_data *d, int b, const double *x, double u,

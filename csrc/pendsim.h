@@ -22,7 +22,7 @@
 #define PS_MAX_NX 4       /* largest state dimension */
 #define PS_MAX_NOBS 6     /* largest observation dimension */
 #define PS_MAX_PARAMS 12  /* largest per-environment parameter vector */
-#define PS_MAX_DELAY 16   /* longest actuation delay, in control steps */
+#define PS_MAX_DELAY 32   /* longest actuation delay, in control steps */
 
 /* Plants. */
 enum { PS_PENDULUM = 0, PS_CARTPOLE = 1, PS_FURUTA = 2, PS_NUM_SYSTEMS = 3 };
@@ -52,6 +52,40 @@ enum {
   PS_FU_G, PS_FU_RM, PS_FU_KM, PS_FU_MR, PS_FU_LR, PS_FU_JR, PS_FU_DR,
   PS_FU_MP, PS_FU_LP, PS_FU_JP, PS_FU_DP, PS_FU_NPARAM
 };
+
+/* How each environment's plant is chosen at reset (ps_reset and autoreset).
+ * NOMINAL: the model's parameters and delay, an ideal actuator and sensors
+ *   without offset (the presets; the per-environment plant arrays of ps_data
+ *   are not touched and may be NULL).
+ * DRAW: a new plant drawn from the model's ranges (ps_plant_ranges) with
+ *   the environment's RNG, before its start state.
+ * HOLD: the plant already in ps_data stays (set by the caller, e.g. many
+ *   candidate parameter sets scored at once); only the state is reset. */
+enum { PS_PLANT_NOMINAL = 0, PS_PLANT_DRAW = 1, PS_PLANT_HOLD = 2 };
+
+/* Ranges of a drawn plant. Each quantity is drawn uniformly from [lo, hi]
+ * per environment at reset; lo == hi fixes it.
+ * The actuator between the policy and the plant, in this order:
+ *   u_d   = the command from `delay` steps ago, saturated to +-u_max
+ *   tau   = tau + motor_k (u_d - tau)      (first-order motor response;
+ *                                          motor_k = 1: instant)
+ *   input = tau + torque_noise * N(0, 1) + push
+ * A push starts in each step with probability push_rate * dt, lasts
+ * push_steps control steps and has a magnitude in [push_lo, push_hi] with
+ * a random sign (in action units: N m, N or V). The quadratic reward's
+ * action term sees u_d, what the policy asked for.
+ * The sensors read angle/position component k (k < nx / 2) as
+ * x_k + offset_k, then add noise_std[k] noise, then quantise. */
+typedef struct {
+  double param_lo[PS_MAX_PARAMS], param_hi[PS_MAX_PARAMS]; /* absolute values */
+  int delay_lo, delay_hi;               /* control steps, 0..PS_MAX_DELAY */
+  double motor_k_lo, motor_k_hi;        /* (0, 1] */
+  double torque_noise_lo, torque_noise_hi; /* std, action units */
+  double offset_lo[PS_MAX_NX / 2], offset_hi[PS_MAX_NX / 2]; /* rad or m */
+  double push_rate;                     /* pushes per second */
+  double push_lo, push_hi;              /* magnitude, action units */
+  int push_steps;                       /* duration of one push, >= 1 */
+} ps_plant_ranges;
 
 /* What does not change while simulating. Fill it with ps_model_init and
  * adjust fields before the first step if you must. */
@@ -83,6 +117,9 @@ typedef struct {
                                    angle, 0 = no quantisation */
   double noise_std[PS_MAX_NX];  /* Gaussian noise on each state component
                                    before it is observed */
+  /* the plant of each environment: nominal, drawn, or held (see above) */
+  int plant_mode;               /* PS_PLANT_NOMINAL, PS_PLANT_DRAW, PS_PLANT_HOLD */
+  ps_plant_ranges ranges;       /* used by PS_PLANT_DRAW */
 } ps_model;
 
 /* The mutable state of B environments, caller-owned, structure-of-arrays. */
@@ -94,6 +131,15 @@ typedef struct {
   uint64_t *rng_key;  /* [B] counter-based RNG: key ... */
   uint64_t *rng_ctr;  /* [B] ... and counter */
   int32_t *t;         /* [B] steps since reset */
+  /* Each environment's plant beyond its parameters, and the actuator's
+   * state: used unless plant_mode is PS_PLANT_NOMINAL (then may be NULL). */
+  int32_t *delay;     /* [B] actuation delay, control steps */
+  double *motor_k;    /* [B] first-order motor response per step */
+  double *torque_noise; /* [B] std of the actuator noise */
+  double *offset;     /* [nx / 2 * B] sensor offset of each position */
+  double *tau;        /* [B] the motor's output now */
+  double *push;       /* [B] the push acting now */
+  int32_t *push_left; /* [B] steps the push still acts */
 } ps_data;
 
 /* Error codes. */
@@ -103,7 +149,8 @@ enum {
   PS_ERR_PRESET = 2,      /* unknown preset for that system */
   PS_ERR_NONFINITE = 3,   /* an action was NaN or infinite */
   PS_ERR_INDEX = 4,       /* an environment index out of range */
-  PS_ERR_MODEL = 5        /* a model field out of range */
+  PS_ERR_MODEL = 5,       /* a model field out of range */
+  PS_ERR_DATA = 6         /* a ps_data array the model needs is NULL */
 };
 
 /* Names: system and preset lookup. Returns PS_OK or an error code. */
@@ -113,13 +160,16 @@ int ps_num_presets(int system);
 const char *ps_preset_name(int system, int k);
 int ps_model_init(ps_model *m, int system, const char *preset);
 int ps_model_check(const ps_model *m);
+/* PS_OK, or PS_ERR_DATA if d lacks an array that m needs. */
+int ps_data_check(const ps_model *m, const ps_data *d);
 const char *ps_param_name(int system, int k);
 const char *ps_obs_name(int system, int k);
 const char *ps_state_name(int system, int k);
 
 /* Reset the environments whose mask byte is nonzero (mask NULL: all):
- * parameters from the model, state drawn from the start box with the
- * environment's RNG, delay buffer zeroed, t = 0. Writes their observation
+ * the plant as plant_mode says (nominal, drawn from the ranges with the
+ * environment's RNG, or held), then the state drawn from the start box with
+ * the environment's RNG, delay buffer, motor and push zeroed, t = 0. Writes their observation
  * into obs [B * nobs] when obs is not NULL. */
 void ps_reset(const ps_model *m, ps_data *d, const uint8_t *mask, float *obs);
 
@@ -149,7 +199,8 @@ int ps_rollout(const ps_model *m, ps_data *d, int K, const float *actions,
                float *obs, double *reward, uint8_t *terminated,
                uint8_t *truncated, int autoreset);
 
-/* Copy the full state (x, param, delay buffer, RNG, t) of environment
+/* Copy the full state (x, param, delay buffer, RNG, t, and the plant
+ * arrays when both have them) of environment
  * src_idx[i] of src into environment dst_idx[i] of dst, i < n. src and dst
  * must not be the same ps_data. Branching a group of G is src_idx repeated G
  * times. Returns PS_ERR_INDEX without copying if any index is out of range. */

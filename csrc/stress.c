@@ -3,7 +3,9 @@
  * UndefinedBehaviorSanitizer (tests/test_sim_sanitizers.py builds it):
  * every preset with actuation delay, sensor noise and quantisation, random
  * and out-of-range actions, far-out states, autoreset, rollouts and branch
- * copies.
+ * copies; each once with the nominal plant and once with plants drawn at
+ * every reset (parameters, delay, motor response, actuator noise, pushes,
+ * sensor offsets).
  * It checks, besides what the sanitizers check, that observations stay
  * finite, that a copy stepped with the same actions stays bit-identical,
  * and that a NaN action is refused without touching the state.
@@ -24,19 +26,47 @@ typedef struct {
   float act_buf[PS_MAX_DELAY * NENV];
   uint64_t key[NENV], ctr[NENV];
   int32_t t[NENV];
+  int32_t delay[NENV], push_left[NENV];
+  double motor_k[NENV], torque_noise[NENV], offset[PS_MAX_NX / 2 * NENV], tau[NENV],
+      push[NENV];
   ps_data d;
 } batch;
 
 static void batch_init(batch *s)
 {
   memset(s, 0, sizeof *s);
-  s->d.B = NENV;
-  s->d.x = s->x;
-  s->d.param = s->param;
-  s->d.act_buf = s->act_buf;
-  s->d.rng_key = s->key;
-  s->d.rng_ctr = s->ctr;
-  s->d.t = s->t;
+  const ps_data d = {.B = NENV, .x = s->x, .param = s->param, .act_buf = s->act_buf,
+                     .rng_key = s->key, .rng_ctr = s->ctr, .t = s->t, .delay = s->delay,
+                     .motor_k = s->motor_k, .torque_noise = s->torque_noise,
+                     .offset = s->offset, .tau = s->tau, .push = s->push,
+                     .push_left = s->push_left};
+  s->d = d;
+}
+
+/* Wide ranges around the preset: every parameter +-50%, delays up to the
+ * longest, a slow motor, actuator noise, frequent long pushes, offsets. */
+static void draw_plants(ps_model *m)
+{
+  ps_plant_ranges *r = &m->ranges;
+  m->plant_mode = PS_PLANT_DRAW;
+  for (int k = 0; k < m->nparam; ++k) {
+    r->param_lo[k] = 0.5 * m->param[k];
+    r->param_hi[k] = 1.5 * m->param[k];
+  }
+  r->delay_lo = 0;
+  r->delay_hi = PS_MAX_DELAY;
+  r->motor_k_lo = 0.1;
+  r->motor_k_hi = 1.0;
+  r->torque_noise_lo = 0.0;
+  r->torque_noise_hi = 0.1 * m->u_max;
+  for (int k = 0; k < m->nx / 2; ++k) {
+    r->offset_lo[k] = -0.05;
+    r->offset_hi[k] = 0.05;
+  }
+  r->push_rate = 20.0;
+  r->push_lo = 0.0;
+  r->push_hi = m->u_max;
+  r->push_steps = 7;
 }
 
 static uint64_t lcg = 12345;
@@ -63,11 +93,12 @@ int main(void)
   long steps = 0;
   for (int s = 0; s < PS_NUM_SYSTEMS; ++s) {
     const char *system = ps_system_name(s);
-    for (int p = 0; p < ps_num_presets(s); ++p) {
-      const char *preset = ps_preset_name(s, p);
+    for (int p = 0; p < 2 * ps_num_presets(s); ++p) {
+      const char *preset = ps_preset_name(s, p / 2);
       ps_model m;
       if (ps_model_init(&m, s, preset) != PS_OK) return fail("model_init", system, preset);
       m.delay = 3;
+      if (p % 2) draw_plants(&m);
       for (int k = 0; k < m.nx; ++k) {
         m.noise_std[k] = 0.01;
         if (k == 0) m.enc_counts[k] = 1024;
@@ -122,6 +153,12 @@ int main(void)
       idx[0] = NENV;
       if (ps_copy_envs(&m, &c.d, idx, &a.d, src, 1) != PS_ERR_INDEX)
         return fail("out-of-range copy not refused", system, preset);
+      /* drawn plants need their arrays */
+      c.d.tau = NULL;
+      if (m.plant_mode != PS_PLANT_NOMINAL &&
+          (ps_step(&m, &c.d, actions, obs, reward, term, trunc, 1, NULL) != PS_ERR_DATA ||
+           ps_data_check(&m, &c.d) != PS_ERR_DATA))
+        return fail("missing plant arrays not refused", system, preset);
     }
   }
   printf("ok %ld\n", steps);

@@ -8,6 +8,7 @@ them through it.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import onnx
@@ -25,6 +26,7 @@ KEYS = {
     "dt": "control period, s",
     "source": "run folder or checkpoint, or baseline name",
     "source_sha256": "SHA-256 of the checkpoint (baselines: of the exported graph)",
+    "randomize": "the plant ranges it was trained on: the run's [randomize] table, as JSON",
     "version": "grpo-ctrl version that exported it",
     "exporter": "torch and onnx versions that exported it",
     "verified_max_abs_error": "largest |onnxruntime - torch| over the verification observations",
@@ -51,6 +53,7 @@ def for_controller(controller, source: str, source_sha256: str) -> dict[str, str
         "dt": repr(float(spec.dt)),
         "source": source,
         "source_sha256": source_sha256,
+        "randomize": getattr(controller, "source_info", {}).get("randomize", "{}"),
         "version": grpo_ctrl.__version__,
         "exporter": f"torch {torch.__version__} (TorchScript exporter), onnx {onnx.__version__}",
     }
@@ -89,6 +92,8 @@ def parse(values: dict[str, str]) -> dict:
     for key in _INTS:
         if key in out:
             out[key] = int(out[key])
+    if "randomize" in out:
+        out["randomize"] = json.loads(out["randomize"])
     return out
 
 

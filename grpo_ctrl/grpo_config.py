@@ -43,6 +43,8 @@ class GRPOConfig:
     continuation: str = knob("random", "branch a trajectory continues from",
                              choices=("greedy", "softmax", "random", "policy"))
     softmax_temperature: float = knob(1.0, "on group-normalised returns, for softmax continuation")
+    w_du: float = knob(0.0, "action-rate penalty: each decision loses w_du (du / u_max)^2, "
+                       "for smooth commands on a real motor")
     # advantages and loss
     reward_form: str = knob("outcome", "outcome (branch return) or reward_to_go (per step)",
                             choices=("outcome", "reward_to_go"))
@@ -90,8 +92,10 @@ CHOICES = {f.name: f.metadata["choices"] for f in fields(GRPOConfig) if f.metada
 SYSTEM_DEFAULTS = {
     ("pendulum", "gym"): {},
     # 200 Hz control: hold training actions for 4 steps (50 Hz decisions, 2 s horizon)
+    # w_du: smooth commands for a real motor (docs/robustness.md)
     ("pendulum", "rig"): {"action_repeat": 4, "horizon": 100, "loss_steps": 50, "gamma": 0.99,
-                          "time_budget": 60.0, "eval_every": 10.0, "eval_episodes": 50},
+                          "time_budget": 60.0, "eval_every": 10.0, "eval_episodes": 50,
+                          "w_du": 0.02},
     ("cartpole", "gym"): {"horizon": 128, "loss_steps": 64, "gamma": 0.99, "time_budget": 30.0,
                           "eval_every": 5.0},
     ("cartpole", "swingup"): {"horizon": 160, "loss_steps": 80, "gamma": 0.99,
@@ -102,7 +106,7 @@ SYSTEM_DEFAULTS = {
     # lr 1.5e-3: with overlap, 100 % success on both seeds tried (2e-3: 97 % and 100 %)
     ("furuta", "qube-servo2"): {"action_repeat": 5, "horizon": 120, "loss_steps": 60,
                                 "gamma": 0.99, "lr": 1.5e-3, "time_budget": 120.0,
-                                "eval_every": 20.0, "eval_episodes": 50},
+                                "eval_every": 20.0, "eval_episodes": 50, "w_du": 0.02},
 }
 
 
@@ -132,7 +136,7 @@ def check_config(cfg: GRPOConfig) -> None:
     if not (cfg.eps_low > 0 and cfg.eps_high > 0 and cfg.eps_low < 1):
         raise UserError("eps_low must lie in (0, 1) and eps_high be positive")
     for name in ("beta", "lr_end", "time_budget", "iterations", "eval_every", "max_grad_norm",
-                 "kl_target", "softmax_temperature"):
+                 "kl_target", "softmax_temperature", "w_du"):
         if getattr(cfg, name) < 0:
             raise UserError(f"{name} must be non-negative, got {getattr(cfg, name)!r}")
     if cfg.overlap and cfg.threads > 1:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from grpo_ctrl.baselines.evaluate import evaluate
+from grpo_ctrl.closed_loop import Episodes, evaluate
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.sim import BatchSim
 
@@ -91,11 +91,16 @@ def format_difference(d: tuple[float, float]) -> str:
 _STARTS: dict = {}  # (system, preset, episodes, seed) -> start states: resets cost a little
 
 
-def score(controller, episodes: int = HELDOUT_EPISODES, seed: int = HELDOUT_SEED) -> Score:
-    """The controller's returns on the held-out episodes (C simulator, batched)."""
+def run(controller, episodes: int = HELDOUT_EPISODES, seed: int = HELDOUT_SEED) -> Episodes:
+    """The held-out episodes of the controller's plant, stepped in the C simulator, batched."""
     spec = controller.spec
     key = (spec.system, spec.preset, episodes, seed)
     if key not in _STARTS:
         _STARTS[key] = start_states(*key)
-    ep = evaluate(controller, episodes, seed=seed, start_states=_STARTS[key])
+    return evaluate(controller, episodes, seed=seed, start_states=_STARTS[key])
+
+
+def score(controller, episodes: int = HELDOUT_EPISODES, seed: int = HELDOUT_SEED) -> Score:
+    """The controller's returns on the held-out episodes."""
+    ep = run(controller, episodes, seed)
     return Score(ep.returns, ep.success, seed)

@@ -1,4 +1,4 @@
-"""Python face of the C simulator: the one module that reaches ``csrc/``.
+"""Python face of the C simulator; it and ``grpo_ctrl.plant`` alone reach ``csrc/``.
 
 ``BatchSim`` steps ``num_envs`` copies of one plant in one C call. Its state
 lives in numpy arrays (structure-of-arrays, component-major) that the C code
@@ -14,11 +14,14 @@ with ``copy=False``): copy them if you keep them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from grpo_ctrl._pendsim import ffi, lib
+# PlantSpec, systems, presets and default_preset live in the plant layer; they
+# stay importable from here, where they used to be
+from grpo_ctrl.plant import (PlantSpec, default_preset, init_model, presets,  # noqa: F401
+                             spec_of_model, systems)
+from grpo_ctrl.randomize import Randomization
 
 MAX_DELAY = lib.PS_MAX_DELAY
 INTEGRATORS = {"euler": lib.PS_EULER, "semi_euler": lib.PS_SEMI_EULER, "rk4": lib.PS_RK4}
@@ -34,60 +37,14 @@ _ERRORS = {
                            "the state was not changed"),
     lib.PS_ERR_INDEX: "an environment index is out of range",
     lib.PS_ERR_MODEL: "a model field is out of range",
+    lib.PS_ERR_DATA: "a per-environment plant array is missing",
 }
 
-
-def systems() -> list[str]:
-    """Names of the plants the simulator knows."""
-    return [ffi.string(lib.ps_system_name(s)).decode() for s in range(lib.PS_NUM_SYSTEMS)]
-
-
-def presets(system: str) -> list[str]:
-    """Names of the parameter presets of ``system``."""
-    sid = _system_id(system)
-    return [ffi.string(lib.ps_preset_name(sid, k)).decode()
-            for k in range(lib.ps_num_presets(sid))]
-
-
-def default_preset(system: str) -> str:
-    return presets(system)[0]
-
-
-def _system_id(system: str) -> int:
-    sid = lib.ps_system_id(system.encode()) if isinstance(system, str) else -1
-    if sid < 0:
-        raise ValueError(f"unknown system {system!r}; choose one of {systems()}")
-    return sid
-
-
-def _names(fn, sid: int, n: int) -> tuple[str, ...]:
-    return tuple(ffi.string(fn(sid, k)).decode() for k in range(n))
-
-
-@dataclass(frozen=True)
-class PlantSpec:
-    """What a controller needs to know of a plant: sizes, names and limits."""
-    system: str
-    preset: str
-    dt: float
-    u_max: float
-    max_steps: int
-    state_names: tuple[str, ...]
-    obs_names: tuple[str, ...]
-    param_names: tuple[str, ...]
-    action_name: str
-    action_unit: str
-
-    @property
-    def nx(self) -> int:
-        return len(self.state_names)
-
-    @property
-    def nobs(self) -> int:
-        return len(self.obs_names)
-
-
-_ACTION = {"pendulum": ("torque", "N*m"), "cartpole": ("force", "N"), "furuta": ("voltage", "V")}
+# what each environment's plant is beyond its physical parameters (plant_mode
+# other than nominal), and the actuator state; (dtype, per position component)
+_PLANT_ARRAYS = {"delay": (np.int32, False), "motor_k": (np.float64, False),
+                 "torque_noise": (np.float64, False), "offset": (np.float64, True)}
+_ACTUATOR_ARRAYS = {"tau": np.float64, "push": np.float64, "push_left": np.int32}
 
 
 def _check_indices(idx, n: int, what: str) -> np.ndarray:
@@ -111,31 +68,29 @@ class BatchSim:
     seed: seeds environment b's counter-based RNG with ``seed + b``.
     autoreset: reset environments that end inside ``step`` (the returned
         observation is then the reset one; ``final_obs`` keeps the last).
+    randomize: a ``grpo_ctrl.randomize.Randomization``: every reset and
+        autoreset draws each environment a new plant from its ranges (in C,
+        from the environment's RNG). None or ranges that draw nothing: the
+        nominal plant.
+    hold_plant: keep each environment's plant (``set_plant``) across resets,
+        which then reset only the state: many candidate plants at once.
     **model: overrides of model fields, e.g. ``delay=2``,
         ``integrator="rk4"``, ``substeps=4``, ``noise_std=[0.01, 0.1]``.
     """
 
     def __init__(self, system: str = "pendulum", num_envs: int = 1, preset: str | None = None,
-                 seed: int = 0, autoreset: bool = False, **model):
-        sid = _system_id(system)
-        preset = default_preset(system) if preset is None else preset
+                 seed: int = 0, autoreset: bool = False,
+                 randomize: Randomization | None = None, hold_plant: bool = False, **model):
         if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
-        self._model = ffi.new("ps_model *")
-        if lib.ps_model_init(self._model, sid, preset.encode()) != lib.PS_OK:
-            raise ValueError(f"unknown preset {preset!r} for system {system!r}; "
-                             f"choose one of {presets(system)}")
+        self._model, preset = init_model(system, preset)
         self._apply_overrides(model)
+        self.spec = spec_of_model(self._model, preset)
+        self.randomize = randomize if randomize is not None else Randomization()
+        self._apply_randomization(self.randomize, hold_plant)
         m = self._model
         self.system, self.preset, self.num_envs = system, preset, int(num_envs)
         self.autoreset = bool(autoreset)
-        self.spec = PlantSpec(
-            system=system, preset=preset, dt=float(m.dt), u_max=float(m.u_max),
-            max_steps=int(m.max_steps),
-            state_names=_names(lib.ps_state_name, sid, m.nx),
-            obs_names=_names(lib.ps_obs_name, sid, m.nobs),
-            param_names=_names(lib.ps_param_name, sid, m.nparam),
-            action_name=_ACTION[system][0], action_unit=_ACTION[system][1])
         B = self.num_envs
         # state, component-major (structure-of-arrays)
         self._x = np.zeros((m.nx, B))
@@ -152,6 +107,16 @@ class BatchSim:
         self._data.rng_key = ffi.from_buffer("uint64_t[]", self._rng_key)
         self._data.rng_ctr = ffi.from_buffer("uint64_t[]", self._rng_ctr)
         self._data.t = ffi.from_buffer("int32_t[]", self._t)
+        self._plant = {name: np.zeros((m.nx // 2, B) if per_position else B, dtype)
+                       for name, (dtype, per_position) in _PLANT_ARRAYS.items()}
+        self._actuator = {name: np.zeros(B, dtype) for name, dtype in _ACTUATOR_ARRAYS.items()}
+        for name, a in {**self._plant, **self._actuator}.items():
+            setattr(self._data, name, ffi.from_buffer(
+                "int32_t[]" if a.dtype == np.int32 else "double[]", a))
+        # the nominal plant to start with (what a held plant is until set_plant)
+        self._param[:] = np.array([m.param[k] for k in range(m.nparam)])[:, None]
+        self._plant["delay"][:] = m.delay
+        self._plant["motor_k"][:] = 1.0
         # output buffers, with their C pointers cached
         self._action = np.zeros(B, np.float32)
         self._obs = np.zeros((B, m.nobs), np.float32)
@@ -200,6 +165,39 @@ class BatchSim:
             raise ValueError(f"model overrides {model} put a field out of range (dt > 0, "
                              f"substeps >= 1, 0 <= delay <= {MAX_DELAY}, u_max > 0, "
                              "non-negative noise and encoder counts)")
+
+    def _apply_randomization(self, r: Randomization, hold_plant: bool) -> None:
+        """The C model's plant mode and absolute ranges from ``r``."""
+        m = self._model
+        states, params = self.spec.state_names, self.spec.param_names
+        unknown = sorted((set(r.scale) | set(r.absolute)) - set(params))
+        unknown += sorted(set(r.noise_std) - set(states))
+        if unknown:
+            raise ValueError(f"randomize names {unknown} are not parameters {list(params)} "
+                             f"or states {list(states)} of {self.spec.system}")
+        for name, std in r.noise_std.items():
+            m.noise_std[states.index(name)] = std
+        if hold_plant:
+            m.plant_mode = lib.PS_PLANT_HOLD
+        elif not r.active:
+            m.plant_mode = lib.PS_PLANT_NOMINAL
+            return
+        else:
+            m.plant_mode = lib.PS_PLANT_DRAW
+        q = m.ranges
+        for k, name in enumerate(params):
+            q.param_lo[k], q.param_hi[k] = r.param_range(name, m.param[k])
+        q.delay_lo, q.delay_hi = r.delay
+        q.motor_k_lo, q.motor_k_hi = r.motor_k
+        q.torque_noise_lo, q.torque_noise_hi = (v * m.u_max for v in r.torque_noise)
+        for k in range(m.nx // 2):
+            q.offset_lo[k], q.offset_hi[k] = -r.offset, r.offset
+        q.push_rate = r.push_rate
+        q.push_lo, q.push_hi = (v * m.u_max for v in r.push)
+        q.push_steps = r.push_steps
+        if r.delay[1] > MAX_DELAY or lib.ps_model_check(m) != lib.PS_OK:
+            raise ValueError(f"randomize ranges out of bounds (delay <= {MAX_DELAY} steps, "
+                             f"0 < motor_k <= 1, low <= high): {r}")
 
     @property
     def model(self):
@@ -305,16 +303,19 @@ class BatchSim:
         return obs, reward, term.view(bool), trunc.view(bool)
 
     # ------------------------------------------------------------------ state
+    def _state_arrays(self) -> dict:
+        """Every per-environment array, component-major as C holds it."""
+        return {"x": self._x, "param": self._param, "act_buf": self._act_buf,
+                "rng_key": self._rng_key, "rng_ctr": self._rng_ctr, "t": self._t,
+                **self._plant, **self._actuator}
+
     def get_state(self) -> dict:
         """A copy of the full state, environment-major: ``x (B, nx)``,
         ``param (B, nparam)``, ``act_buf (B, MAX_DELAY)``, ``rng_key (B,)``,
-        ``rng_ctr (B,)``, ``t (B,)``."""
-        return {"x": self._x.T.copy(), "param": self._param.T.copy(),
-                "act_buf": self._act_buf.T.copy(), "rng_key": self._rng_key.copy(),
-                "rng_ctr": self._rng_ctr.copy(), "t": self._t.copy()}
-
-    _STATE_DTYPES = {"x": np.float64, "param": np.float64, "act_buf": np.float32,
-                     "rng_key": np.uint64, "rng_ctr": np.uint64, "t": np.int32}
+        ``rng_ctr (B,)``, ``t (B,)``; the plant beyond its parameters,
+        ``delay``, ``motor_k``, ``torque_noise`` ``(B,)`` and ``offset
+        (B, nx / 2)``; the actuator's ``tau``, ``push``, ``push_left`` ``(B,)``."""
+        return {key: a.T.copy() for key, a in self._state_arrays().items()}
 
     def set_state(self, state: dict, indices=None) -> None:
         """Write a state (as from ``get_state``), whole or in part: any subset
@@ -323,42 +324,92 @@ class BatchSim:
         idx = (np.arange(self.num_envs) if indices is None
                else _check_indices(indices, self.num_envs, "indices"))
         n = idx.size
-        shapes = {"x": (n, self._x.shape[0]), "param": (n, self._param.shape[0]),
-                  "act_buf": (n, MAX_DELAY), "rng_key": (n,), "rng_ctr": (n,), "t": (n,)}
+        arrays = self._state_arrays()
         checked = {}
         for key, value in state.items():
-            if key not in shapes:
-                raise ValueError(f"unknown state key {key!r}; known: {list(shapes)}")
+            if key not in arrays:
+                raise ValueError(f"unknown state key {key!r}; known: {list(arrays)}")
+            target = arrays[key]
+            shape = (n, *target.shape[:-1])
             v = np.asarray(value)
-            if key in ("x", "param") and v.ndim == 1 and n == 1:
+            if target.ndim == 2 and v.ndim == 1 and n == 1:
                 v = v[None, :]
-            if v.shape != shapes[key]:
-                raise ValueError(f"state[{key!r}] must have shape {shapes[key]}, got {v.shape}")
-            want = self._STATE_DTYPES[key]
-            if np.dtype(want).kind == "f":
+            if v.shape != shape:
+                raise ValueError(f"state[{key!r}] must have shape {shape}, got {v.shape}")
+            if target.dtype.kind == "f":
                 if v.dtype.kind not in "fiu" or not np.all(np.isfinite(v)):
                     raise ValueError(f"state[{key!r}] must be finite numbers")
             elif v.dtype.kind not in "iu" or (v.size and v.min() < 0):
                 raise ValueError(f"state[{key!r}] must be non-negative integers, got {v.dtype}")
-            checked[key] = v.astype(want)
-        targets = {"x": self._x, "param": self._param, "act_buf": self._act_buf}
+            if key == "delay" and v.size and v.max() > MAX_DELAY:
+                raise ValueError(f"state['delay'] must be at most {MAX_DELAY} steps")
+            if key == "motor_k" and v.size and (v.min() <= 0 or v.max() > 1):
+                raise ValueError("state['motor_k'] must lie in (0, 1]")
+            checked[key] = v.astype(target.dtype)
         for key, v in checked.items():
-            if key in targets:
-                targets[key][:, idx] = v.T
-            else:
-                getattr(self, "_" + key)[idx] = v
+            arrays[key][..., idx] = v.T
 
     def set_param(self, name: str, values, indices=None) -> None:
-        """Set one physical parameter per environment (domain randomisation)."""
+        """Set one physical parameter per environment (until the next reset,
+        unless the simulator holds its plants: ``hold_plant``)."""
         if name not in self.spec.param_names:
             raise ValueError(f"unknown parameter {name!r} for {self.system}; known: "
                              f"{list(self.spec.param_names)}")
+        self.set_plant({name: values}, indices)
+
+    @property
+    def plant_names(self) -> tuple[str, ...]:
+        """What defines one environment's plant: the physical parameters, the
+        actuation delay (steps), the motor response ``motor_k``, the actuator
+        noise std ``torque_noise`` (action units) and each position's sensor
+        offset ``offset_<state>``."""
+        nq = self._x.shape[0] // 2
+        return (*self.spec.param_names, "delay", "motor_k", "torque_noise",
+                *(f"offset_{name}" for name in self.spec.state_names[:nq]))
+
+    def _plant_row(self, name: str):
+        """(array, row) where plant quantity ``name`` lives."""
+        if name in self.spec.param_names:
+            return self._param, self.spec.param_names.index(name)
+        if name.startswith("offset_") and name in self.plant_names:
+            return self._plant["offset"], self.spec.state_names.index(name[len("offset_"):])
+        if name in _PLANT_ARRAYS and name != "offset":
+            return self._plant[name][None, :], 0
+        raise ValueError(f"unknown plant quantity {name!r} for {self.system}; known: "
+                         f"{list(self.plant_names)}")
+
+    def plant(self) -> dict[str, np.ndarray]:
+        """Each environment's plant (a copy): ``{name: values (B,)}`` for
+        ``plant_names``. Under the nominal plant mode, the extras read as an
+        ideal actuator: the model's delay, ``motor_k`` 1, no noise or offset."""
+        out = {}
+        for name in self.plant_names:
+            array, row = self._plant_row(name)
+            out[name] = array[row].copy()
+        return out
+
+    def set_plant(self, values: dict, indices=None) -> None:
+        """Set plant quantities (``plant_names``) per environment. They last
+        until the next reset, or across resets with ``hold_plant=True`` (then
+        the delay, motor response, noise and offsets act; under the nominal
+        plant mode only the physical parameters do)."""
         idx = (np.arange(self.num_envs) if indices is None
                else _check_indices(indices, self.num_envs, "indices"))
-        v = np.broadcast_to(np.asarray(values, dtype=float), idx.shape)
-        if not np.all(np.isfinite(v)):
-            raise ValueError(f"values for {name!r} must be finite")
-        self._param[self.spec.param_names.index(name), idx] = v
+        checked = []
+        for name, value in values.items():
+            target, row = self._plant_row(name)
+            v = np.broadcast_to(np.asarray(value, dtype=float), idx.shape)
+            if not np.all(np.isfinite(v)):
+                raise ValueError(f"values for {name!r} must be finite")
+            if name == "delay" and (np.any(v != np.round(v)) or v.min() < 0 or v.max() > MAX_DELAY):
+                raise ValueError(f"delay must be whole steps in [0, {MAX_DELAY}]")
+            if name == "motor_k" and (v.min() <= 0 or v.max() > 1):
+                raise ValueError("motor_k must lie in (0, 1]")
+            if name == "torque_noise" and v.min() < 0:
+                raise ValueError("torque_noise must be >= 0")
+            checked.append((target, row, v))
+        for target, row, v in checked:
+            target[row, idx] = v
 
     def copy_envs(self, dst_indices, src: "BatchSim", src_indices) -> None:
         """Copy the full state of ``src`` environments ``src_indices`` into
@@ -390,7 +441,7 @@ class BatchSim:
         if out is None:
             out = BatchSim(self.system, n, preset=self.preset, autoreset=self.autoreset)
             out._model[0] = self._model[0]
-            out.spec = self.spec
+            out.spec, out.randomize = self.spec, self.randomize
         elif out.num_envs != n:
             raise ValueError(f"out has {out.num_envs} environments; branching {idx.size} "
                              f"into groups of {group_size} needs {n}")

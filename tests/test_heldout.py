@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from grpo_ctrl.baselines import make_controller
-from grpo_ctrl.baselines.evaluate import evaluate_on_gymnasium_pendulum
+from grpo_ctrl.closed_loop import evaluate_on_gymnasium_pendulum
 from grpo_ctrl.cli import main
 from grpo_ctrl.heldout import HELDOUT_SEED, Score, score, standard_error, start_states
 

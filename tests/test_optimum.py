@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from grpo_ctrl.baselines import make_controller
-from grpo_ctrl.baselines.evaluate import evaluate
+from grpo_ctrl.closed_loop import evaluate
 from grpo_ctrl.baselines.optimum import DPGrid, OptimalPendulum, load_or_compute, make_optimum
 from grpo_ctrl.controller import load_controller
 from grpo_ctrl.errors import UserError

@@ -32,7 +32,8 @@ import torch
 from torch import nn
 
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.sim import BatchSim, PlantSpec
+from grpo_ctrl.plant import PlantSpec
+from grpo_ctrl.sim import BatchSim
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,136 @@
+"""``grpo-ctrl eval``: score a trained run or a baseline controller.
+
+On the held-out episodes of ``grpo_ctrl.heldout`` by default: 1,000 fixed
+start states from seeds 10000 on (for the gym pendulum, Gymnasium's own
+Pendulum-v1 resets), stepped in the C simulator (batched), mean +- standard
+error; ``--against`` another controller prints the paired difference on the
+same episodes. With ``--gym`` the episodes step in Gymnasium itself. Trained policies act with their deterministic (mean) action,
+the deployed controller. Success: never terminated, and upright and still at
+the end (``grpo_ctrl.closed_loop.upright_and_still``). Smoothness:
+mean |du| / u_max per step, and the share of steps where du changes sign.
+``--robustness`` runs the robustness benchmark (``grpo_ctrl.robustness``) on
+one or more runs and baselines of one plant, in one table.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from grpo_ctrl.baselines import BASELINES
+from grpo_ctrl.closed_loop import evaluate_on_gymnasium_pendulum, summarise
+from grpo_ctrl.controller import OPTIMUM, load_controller
+from grpo_ctrl.errors import UserError
+from grpo_ctrl.heldout import HELDOUT_EPISODES, HELDOUT_SEED, Score, format_difference
+from grpo_ctrl.heldout import run as run_heldout
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", nargs="*", help="run folder (its best checkpoint) or checkpoint file "
+                   "(several with --robustness)")
+    p.add_argument("--controller", choices=(*BASELINES, OPTIMUM),
+                   help="evaluate a baseline instead of a run (needs --system; with "
+                        "--robustness: alongside the runs)")
+    p.add_argument("--system", help="plant of the baseline: pendulum, cartpole or furuta")
+    p.add_argument("--preset", help="preset of the baseline's plant")
+    p.add_argument("--episodes", type=int, help=f"episodes (default {HELDOUT_EPISODES}; with "
+                   "--robustness: per grid point, default 20)")
+    p.add_argument("--seed", type=int, default=HELDOUT_SEED,
+                   help=f"seed of the first episode's start state (default {HELDOUT_SEED}, "
+                        "away from the starts training selects best.pt on)")
+    p.add_argument("--against", metavar="RUN|BASELINE",
+                   help="also score this run, checkpoint, baseline or 'optimum' on the same "
+                        "episodes and print the paired difference")
+    p.add_argument("--gym", action="store_true",
+                   help="evaluate on Gymnasium's Pendulum-v1 (pendulum/gym controllers only)")
+    p.add_argument("--robustness", action="store_true",
+                   help="the robustness benchmark: success under parameter, delay, noise, motor "
+                        "and push perturbations, a table and a PNG (docs/robustness.md); "
+                        "--episodes per grid point (default 20), 10x that in the realistic row")
+    p.add_argument("--out", help="folder for the robustness table, JSON and PNG (default: the "
+                                 "first run's folder, else robustness-SYSTEM-PRESET)")
+
+
+def resolve_controllers(args) -> dict:
+    """{name: controller} of the RUNs and the baseline named."""
+    if len(args.run) > 1 and not args.robustness:
+        raise UserError("name one RUN (several only with --robustness)")
+    if args.controller and args.run and not args.robustness:
+        raise UserError("give either a RUN or --controller, not both")
+    if not args.run and not args.controller:
+        raise UserError("name a RUN folder or checkpoint, or a baseline with --controller "
+                        "lqr|swingup-lqr --system S")
+    controllers = {Path(run).name or run: load_controller(run) for run in args.run}
+    if args.controller:
+        first = next(iter(controllers.values()), None)
+        system = args.system or (first.spec.system if first else None)
+        preset = args.preset or (first.spec.preset if first else None)
+        if not system:
+            raise UserError(f"--controller {args.controller} needs --system "
+                            "pendulum|cartpole|furuta")
+        controllers[args.controller] = load_controller(args.controller, system, preset)
+    plants = {(c.spec.system, c.spec.preset) for c in controllers.values()}
+    if len(plants) > 1:
+        raise UserError(f"the controllers are for different plants {sorted(plants)}; compare "
+                        "controllers of one plant")
+    return controllers
+
+
+def run_robustness(controllers: dict, args) -> int:
+    from grpo_ctrl import robustness
+    spec = next(iter(controllers.values())).spec
+    episodes = args.episodes or 20
+    out = Path(args.out) if args.out else (
+        Path(args.run[0]) / "robustness" if args.run and Path(args.run[0]).is_dir()
+        else Path(f"robustness-{spec.system}-{spec.preset}"))
+    results = {}
+    for name, controller in controllers.items():
+        print(f"robustness of {name} on {spec.system}/{spec.preset}: {episodes} episodes per "
+              f"grid point, {10 * episodes} in the realistic row ...", flush=True)
+        results[name] = robustness.benchmark(controller, episodes, 10 * episodes)
+        # after each controller, so a long comparison leaves what it measured
+        text = robustness.write_results(results, out, f"robustness, {spec.system}/{spec.preset}")
+    print(text + f"\nwritten: {out}/robustness.md, robustness.json, robustness.png")
+    return 0
+
+
+def run(args) -> int:
+    if args.episodes is not None and args.episodes < 1:
+        raise UserError(f"--episodes must be positive, got {args.episodes}")
+    if args.robustness and args.gym:
+        raise UserError("--robustness runs on the C simulator; drop --gym")
+    controllers = resolve_controllers(args)
+    if args.robustness:
+        return run_robustness(controllers, args)
+    name, controller = next(iter(controllers.items()))
+    spec = controller.spec
+    other = None
+    if args.against:
+        other = load_controller(args.against, spec.system, args.preset or spec.preset)
+        if (other.spec.system, other.spec.preset) != (spec.system, spec.preset):
+            raise UserError(f"--against {args.against} is for {other.spec.system}/"
+                            f"{other.spec.preset}, not {spec.system}/{spec.preset}: a paired "
+                            "comparison needs the same plant")
+    where = "Gymnasium Pendulum-v1" if args.gym else f"C simulator {spec.system}/{spec.preset}"
+    if args.gym and (spec.system, spec.preset) != ("pendulum", "gym"):
+        raise UserError(f"--gym evaluates on Gymnasium's Pendulum-v1, which is the pendulum/gym "
+                        f"preset; this controller is for {spec.system}/{spec.preset}")
+    episodes = args.episodes or HELDOUT_EPISODES
+    runner = evaluate_on_gymnasium_pendulum if args.gym else run_heldout
+    ep = runner(controller, episodes, args.seed)
+    s = summarise(ep.returns, ep.success, ep.du_mean, ep.du_sign_changes)
+    result = Score(ep.returns, ep.success, args.seed)
+    print(f"{name} on {where}, {episodes} held-out episodes (seeds {args.seed} to "
+          f"{args.seed + episodes - 1}), deterministic action:")
+    print(f"  mean return   {s['mean']:10.2f}  (s.e. {result.se:.2f})\n"
+          f"  median return {s['median']:10.2f}\n"
+          f"  worst return  {s['worst']:10.2f}\n  success       {100 * s['success']:9.1f} %  "
+          "(upright and still at the end)")
+    if "du_mean" in s:
+        print(f"  mean |du|/u_max {s['du_mean']:8.4f}   per step\n"
+              f"  du sign changes {100 * s['du_sign_changes']:7.1f} %  of steps (chatter)")
+    if other is not None:
+        o = runner(other, episodes, args.seed)
+        o = Score(o.returns, o.success, args.seed)
+        print(f"  {args.against} on the same episodes: {o.mean:.2f} (s.e. {o.se:.2f}); "
+              f"{name} - {args.against} (paired): {format_difference(result.minus(o))}")
+    return 0

@@ -1,0 +1,193 @@
+"""Domain randomisation: the ranges a simulated plant is drawn from.
+
+Every environment of a ``BatchSim`` built with a ``Randomization`` gets a new
+plant at each reset and autoreset, drawn in C from its own counter-based RNG
+(so a branch copies its plant with its state, and a seed reproduces every
+draw). This module holds the ranges, the defaults a real rig needs, and the
+``[randomize]`` table of a config file; ``grpo_ctrl.sim`` turns them into
+the C model's absolute ranges.
+
+>>> r = Randomization(params=0.3, delay=(1, 2), motor_k=(0.5, 1.0))
+>>> sim = BatchSim("pendulum", 4096, preset="rig", randomize=r)
+
+Units: parameter ranges are factors of the nominal value (``scale``) or
+absolute values (``absolute``); ``torque_noise`` and ``push`` are fractions of
+the actuator limit u_max; ``delay`` and ``push_steps`` count control steps;
+``offset`` is in the position's unit (rad for angles).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+from grpo_ctrl.errors import UserError
+
+# g is the one parameter no rig gets wrong
+FIXED_PARAMS = ("g",)
+
+
+def _pair(value, name: str, kind=float) -> tuple:
+    try:
+        if isinstance(value, (int, float)):
+            return (kind(value), kind(value))
+        lo, hi = value
+        return (kind(lo), kind(hi))
+    except (TypeError, ValueError):
+        raise UserError(f"randomize.{name} must be a number or a [low, high] pair, got "
+                        f"{value!r}") from None
+
+
+@dataclass(frozen=True)
+class Randomization:
+    """Ranges of the plant drawn per environment at every reset (uniform)."""
+    params: float = field(default=0.0, metadata={
+        "help": "relative half-width s: every physical parameter but g is drawn from "
+                "nominal x U(1-s, 1+s)"})
+    scale: dict = field(default_factory=dict, metadata={
+        "help": "per-parameter factor ranges, {name: [low, high]} (overrides params)"})
+    absolute: dict = field(default_factory=dict, metadata={
+        "help": "per-parameter absolute ranges, {name: [low, high]} (e.g. friction "
+                "whose nominal is 0)"})
+    delay: tuple = field(default=(0, 0), metadata={
+        "help": "actuation delay, [low, high] control steps"})
+    motor_k: tuple = field(default=(1.0, 1.0), metadata={
+        "help": "first-order motor response per step, tau += k (u - tau), [low, high] "
+                "in (0, 1]; 1 = instant"})
+    torque_noise: tuple = field(default=(0.0, 0.0), metadata={
+        "help": "std of Gaussian actuator noise, [low, high], fraction of u_max"})
+    offset: float = field(default=0.0, metadata={
+        "help": "encoder offset: each position reads x + U(-offset, offset) (rad or m)"})
+    push_rate: float = field(default=0.0, metadata={"help": "random pushes per second"})
+    push: tuple = field(default=(0.0, 0.0), metadata={
+        "help": "push magnitude, [low, high], fraction of u_max (random sign)"})
+    push_steps: int = field(default=1, metadata={"help": "control steps one push lasts"})
+    noise_std: dict = field(default_factory=dict, metadata={
+        "help": "sensor noise std per state component, {name: std} (not drawn: fixed)"})
+
+    def __post_init__(self):
+        object.__setattr__(self, "delay", _pair(self.delay, "delay", int))
+        for name in ("motor_k", "torque_noise", "push"):
+            object.__setattr__(self, name, _pair(getattr(self, name), name))
+        for name in ("scale", "absolute"):
+            object.__setattr__(self, name, {str(k): _pair(v, f"{name}.{k}")
+                                            for k, v in dict(getattr(self, name)).items()})
+        object.__setattr__(self, "noise_std", {str(k): float(v)
+                                               for k, v in dict(self.noise_std).items()})
+        problems = []
+        if not 0 <= self.params < 1:
+            problems.append(f"params must lie in [0, 1), got {self.params}")
+        for name, (lo, hi) in {**self.scale, **self.absolute}.items():
+            if not lo <= hi:
+                problems.append(f"the range of {name} must have low <= high, got [{lo}, {hi}]")
+        for name, (lo, hi) in self.scale.items():
+            if lo <= 0:
+                problems.append(f"scale.{name} must stay above 0, got [{lo}, {hi}]")
+        if not 0 <= self.delay[0] <= self.delay[1]:
+            problems.append(f"delay must be 0 <= low <= high steps, got {list(self.delay)}")
+        if not 0 < self.motor_k[0] <= self.motor_k[1] <= 1:
+            problems.append(f"motor_k must satisfy 0 < low <= high <= 1, got "
+                            f"{list(self.motor_k)}")
+        for name in ("torque_noise", "push"):
+            lo, hi = getattr(self, name)
+            if not 0 <= lo <= hi:
+                problems.append(f"{name} must be 0 <= low <= high, got [{lo}, {hi}]")
+        if self.offset < 0 or self.push_rate < 0 or self.push_steps < 1:
+            problems.append("offset and push_rate must be >= 0 and push_steps >= 1")
+        if any(v < 0 for v in self.noise_std.values()):
+            problems.append(f"noise_std must be >= 0, got {self.noise_std}")
+        if problems:
+            raise UserError("randomize: " + "; ".join(problems))
+
+    @property
+    def active(self) -> bool:
+        """Whether any quantity is drawn (otherwise the plant is the nominal one)."""
+        base = Randomization()
+        return any(getattr(self, f.name) != getattr(base, f.name)
+                   for f in fields(self) if f.name != "noise_std")
+
+    def param_range(self, name: str, nominal: float) -> tuple[float, float]:
+        """The absolute range of physical parameter ``name`` of nominal value ``nominal``."""
+        if name in self.absolute:
+            return self.absolute[name]
+        lo, hi = self.scale.get(name, (1.0, 1.0) if name in FIXED_PARAMS
+                                else (1.0 - self.params, 1.0 + self.params))
+        return (nominal * lo, nominal * hi) if nominal >= 0 else (nominal * hi, nominal * lo)
+
+    def to_table(self) -> dict:
+        """The ``[randomize]`` table (TOML-ready: lists, not tuples)."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, tuple):
+                v = list(v)
+            elif isinstance(v, dict):
+                v = {k: list(x) if isinstance(x, tuple) else x for k, x in v.items()}
+            out[f.name] = v
+        return out
+
+    @classmethod
+    def from_table(cls, table: dict, base: "Randomization | None" = None) -> "Randomization":
+        """Ranges from a ``[randomize]`` table, over ``base`` (default: nothing drawn).
+        ``{"off": true}`` turns every range off."""
+        table = dict(table)
+        if table.pop("off", False):
+            base = cls()
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise UserError(f"unknown randomize key(s) {unknown}; known: {sorted(known)} "
+                            "and off")
+        return replace(base or cls(), **table)
+
+
+def parse_override(text: str):
+    """One ``KEY=VALUE`` of ``--randomize`` as a (key, value) pair for a table:
+    ``params=0.3``, ``delay=1,2``, ``scale.m=0.8,1.2``, ``off``."""
+    if text.strip() == "off":
+        return "off", True
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise UserError(f"--randomize wants KEY=VALUE (e.g. params=0.3, delay=1,2) or off, "
+                        f"got {text!r}")
+    try:
+        numbers = [float(v) for v in value.split(",")]
+    except ValueError:
+        raise UserError(f"--randomize {key}: values must be numbers, got {value!r}") from None
+    parsed = numbers[0] if len(numbers) == 1 else numbers
+    head, _, sub = key.strip().partition(".")
+    return (head, {sub: parsed}) if sub else (head, parsed)
+
+
+def with_overrides(base: "Randomization", overrides: list[str]) -> "Randomization":
+    """``base`` with the ``--randomize KEY=VALUE`` overrides applied in order."""
+    table: dict = {}
+    for text in overrides:
+        key, value = parse_override(text)
+        if key == "off":
+            base, table = Randomization(), {}
+        elif isinstance(value, dict):
+            merged = dict(table.get(key, getattr(base, key, {}) or {}))
+            merged.update(value)
+            table[key] = merged
+        else:
+            table[key] = value
+    return Randomization.from_table(table, base)
+
+
+# What a real rig needs (docs/robustness.md gives the reasons). The gym
+# presets have no entry: they stay Gymnasium's environments exactly.
+DEFAULTS = {
+    ("pendulum", "rig"): Randomization(
+        params=0.35, delay=(0, 3), motor_k=(0.4, 1.0), torque_noise=(0.0, 0.03),
+        offset=0.01, push_rate=0.2, push=(0.0, 0.5), push_steps=10,
+        absolute={"fc": (0.0, 0.012)}, noise_std={"theta": 0.002, "theta_dot": 0.05}),
+    ("furuta", "qube-servo2"): Randomization(
+        params=0.35, delay=(0, 3), motor_k=(0.4, 1.0), torque_noise=(0.0, 0.02),
+        offset=0.01, push_rate=0.2, push=(0.0, 0.1), push_steps=10,
+        noise_std={"theta": 0.002, "alpha": 0.002, "theta_dot": 0.05, "alpha_dot": 0.05}),
+}
+
+
+def default_randomization(system: str, preset: str) -> Randomization:
+    """The ranges ``system``/``preset`` trains with by default (nothing drawn for
+    the gym presets)."""
+    return DEFAULTS.get((system, preset), Randomization())
