@@ -60,10 +60,11 @@ class GRPOConfig:
     eps_low: float = knob(0.2, "ratio clip below: 1 - eps_low", above=0.0, high=0.999)
     eps_high: float = knob(0.28, "ratio clip above: 1 + eps_high (DAPO clip-higher)", above=0.0,
                            high=100.0)
-    trust_region: str = knob("fixed", "fixed, or adaptive: scale eps to hold KL(old||new) at "
-                             "kl_target", choices=("fixed", "adaptive"))
-    kl_target: float = knob(0.01, "target KL(pi_old || pi) per update, adaptive trust region",
-                           above=0.0, high=100.0)
+    trust_region: str = knob("fixed", "fixed clip; adaptive: scale eps to hold KL(old||new) "
+                             "at kl_target; sapo, cispo, dcpo, kl_mask: grpo_ctrl/trust_region.py",
+                             choices=("fixed", "adaptive", "sapo", "cispo", "dcpo", "kl_mask"))
+    kl_target: float = knob(0.01, "target KL(pi_old || pi) per update (adaptive), or the "
+                            "bound of a branch's mean KL (kl_mask)", above=0.0, high=100.0)
     beta: float = knob(0.0, "weight of the k3 KL penalty to the reference policy (0 = off)",
                        low=0.0, high=1e6)
     ref_refresh: int = knob(20, "iterations between copies of pi into pi_ref", low=1, high=2**31)

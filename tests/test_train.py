@@ -214,8 +214,10 @@ def test_eval_prints_the_scores(run_folder, capsys):
 @pytest.mark.parametrize("overrides", [
     {"reward_form": "reward_to_go"}, {"adv_scale": "batch"}, {"adv_scale": "none"},
     {"loss_agg": "grpo"}, {"loss_agg": "dr_grpo"}, {"beta": 0.1, "ref_refresh": 2},
-    {"trust_region": "adaptive"}, {"continuation": "greedy"}, {"continuation": "softmax"},
-    {"continuation": "policy"}, {"epochs": 2, "minibatches": 4}, {"action_repeat": 3},
+    {"trust_region": "adaptive"}, {"trust_region": "sapo"}, {"trust_region": "cispo"},
+    {"trust_region": "dcpo"}, {"trust_region": "kl_mask", "epochs": 2},
+    {"continuation": "greedy"}, {"continuation": "softmax"}, {"continuation": "policy"},
+    {"epochs": 2, "minibatches": 4}, {"action_repeat": 3},
     {"activation": "elu", "layers": 1},
 ])
 def test_every_variant_trains(overrides):
