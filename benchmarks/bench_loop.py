@@ -122,7 +122,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--load", default="quiet",
                     help=f"quiet, {', '.join(KINDS)}, a comma list, or all (default: quiet)")
-    ap.add_argument("--rates", default="20,200,1000", help="control rates in Hz (default: %(default)s)")
+    ap.add_argument("--rates", default="20,200,1000",
+                    help="control rates in Hz (default: %(default)s)")
     ap.add_argument("--seconds", type=float, default=5.0, help="seconds per run (default: 5)")
     ap.add_argument("--quick", action="store_true", help="2 s per run")
     ap.add_argument("--watchdog-ms", type=float, default=None,

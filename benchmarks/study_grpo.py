@@ -4,16 +4,26 @@
 * continuation: which branch a trajectory continues from (greedy, softmax,
   random, policy), the other settings at their defaults;
 * advantages: group, batch or no std scaling; outcome or per-step reward-to-go;
-* trust region: fixed clipping against the adaptive clip range.
+* trust region: the fixed clip, the adaptive clip, and the per-sample
+  surrogates of grpo_ctrl/trust_region.py (SAPO, CISPO, DCPO, KL mask);
+* gap: what holds GRPO below the dynamic-programming optimum (horizon and
+  discount, the start-state mix, capacity).
 
 Every variant trains from the same seeds for the same number of iterations
 (iterations, not seconds, so the comparison does not depend on what else
-the shared machine runs; every variant costs the same per iteration). The
-curve is the in-training evaluation (deterministic policy, 100 fixed C
-simulator episodes); the final policy is then scored on Gymnasium's own
-Pendulum-v1 over 100 episodes. Prints markdown tables and writes PNG plots.
+the shared machine runs; the wall time per run is printed too, since the
+variants do not all cost the same per iteration). The curve is the
+in-training evaluation (deterministic policy, 100 fixed C simulator
+episodes); the final policy is then scored on the held-out episodes of
+grpo_ctrl.heldout (1,000 by default; for the gym pendulum, Gymnasium's own
+starts) and, on the gym pendulum, paired against the optimum on the same
+episodes. Prints markdown tables (mean +- standard error over training
+seeds) and writes PNG plots.
 
     python benchmarks/study_grpo.py --seeds 3 --iterations 300 --png-dir docs
+    python benchmarks/study_grpo.py --study gap --seeds 3 --iterations 800
+    python benchmarks/study_grpo.py --system furuta --preset qube-servo2 \
+        --study trust_region_4_epochs --seeds 5 --iterations 200
 """
 from __future__ import annotations
 
@@ -25,7 +35,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
 
-from grpo_ctrl.closed_loop import evaluate_on_gym, evaluate_on_sim  # noqa: E402
+from grpo_ctrl.heldout import HELDOUT_EPISODES, score, standard_error  # noqa: E402
 from grpo_ctrl.grpo_config import default_config  # noqa: E402
 from grpo_ctrl.train import train  # noqa: E402
 
@@ -42,11 +52,21 @@ STUDIES = {
                      ("adaptive clip, 1 epoch", {"trust_region": "adaptive"}),
                      ("fixed clip, 4 epochs", {"trust_region": "fixed", "epochs": 4}),
                      ("adaptive clip, 4 epochs", {"trust_region": "adaptive", "epochs": 4})],
+    "trust_region_4_epochs": [(rule, {"trust_region": rule, "epochs": 4}) for rule in
+                              ("fixed", "adaptive", "sapo", "cispo", "dcpo", "kl_mask")],
+    "gap": [("default (H 64, L 32, gamma 0.98)", {}),
+            ("H 128, L 64, gamma 0.99", {"horizon": 128, "loss_steps": 64, "gamma": 0.99}),
+            ("reset_prob 0.3", {"reset_prob": 0.3}),
+            ("hidden 128", {"hidden": 128})],
+    # the gap sits on hanging-down starts: weigh the groups by their spread, or look further
+    "gap_weighting": [("advantages not scaled (Dr. GRPO)", {"adv_scale": "none"}),
+                      ("advantages scaled by the batch std", {"adv_scale": "batch"}),
+                      ("gamma 0.99", {"gamma": 0.99})],
 }
 
 
 def one_run(plant: tuple[str, str], overrides: dict, seed: int, iterations: int,
-            eval_every_it: int) -> dict:
+            eval_every_it: int, episodes: int) -> dict:
     cfg = default_config(*plant)
     cfg.seed, cfg.iterations, cfg.time_budget = seed, iterations, 0.0
     cfg.eval_every = 1e9  # evaluations below, every eval_every_it iterations
@@ -62,12 +82,14 @@ def one_run(plant: tuple[str, str], overrides: dict, seed: int, iterations: int,
     summary = train(*plant, cfg, None, progress=False, on_iteration=on_iteration)
     wall = time.perf_counter() - t
     tr = summary["trainer"]
-    ctrl = tr.policy.controller(tr.spec)
-    final = (evaluate_on_gym(ctrl, 100, seed=0) if plant == ("pendulum", "gym")
-             else evaluate_on_sim(ctrl, 100, seed=0))
+    final = score(tr.policy.controller(tr.spec), episodes)
     first = next((it for it, r in curve if r >= THRESHOLD.get(plant, np.inf)), None)
-    return {"curve": curve, "final": final["mean"], "success": final["success"],
-            "best_curve": max(r for _, r in curve), "it_to_threshold": first, "wall": wall}
+    return {"curve": curve, "final": final, "best_curve": max(r for _, r in curve),
+            "it_to_threshold": first, "wall": wall}
+
+
+def mean_se(x) -> str:
+    return f"{np.mean(x):.1f} ± {standard_error(x):.1f}"
 
 
 def main(argv=None) -> int:
@@ -77,40 +99,94 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--iterations", type=int, default=300)
     p.add_argument("--eval-every", type=int, default=10, help="iterations between evaluations")
+    p.add_argument("--episodes", type=int, default=HELDOUT_EPISODES,
+                   help="held-out episodes scoring each final policy")
     p.add_argument("--study", choices=list(STUDIES), action="append")
+    p.add_argument("--only", action="append", metavar="VARIANT",
+                   help="run only these variants of the studies (repeatable)")
     p.add_argument("--png-dir", default=None, help="write [PLANT-]STUDY.png plots here")
+    p.add_argument("--plot-gaps", nargs="+", metavar="PNG TABLE",
+                   help="instead of training: draw the per-seed paired gaps to the optimum of "
+                        "the printed tables TABLE... (gym pendulum studies) into PNG")
     args = p.parse_args(argv)
+    if args.plot_gaps:
+        plot_gaps(args.plot_gaps[1:], args.plot_gaps[0])
+        return 0
     plant = (args.system, args.preset)
     gym = plant == ("pendulum", "gym")
     threshold = THRESHOLD.get(plant)
     cfg = default_config(*plant)
     steps = cfg.num_starts * cfg.group_size * cfg.horizon * cfg.action_repeat
+    optimum = None
+    if gym:
+        from grpo_ctrl.baselines.optimum import make_optimum
+        optimum = score(make_optimum("pendulum", "gym"), args.episodes)
     for study in args.study or list(STUDIES):
         print(f"\n## {study}, {args.system}/{args.preset}: {args.seeds} seeds x "
               f"{args.iterations} iterations (~{args.iterations * steps / 1e6:.1f} M simulator "
-              "steps each)\n")
-        where = "Gymnasium" if gym else "C simulator"
-        print(f"| variant | {where} return, final policy (mean ± sd over seeds) | success | "
-              f"best in-training eval | iterations to {threshold:g} (median) |")
-        print("|---|---|---|---|---|")
+              f"steps each at the defaults), final policy on {args.episodes} held-out episodes\n")
+        gap = " | final - optimum, paired (per seed)" if gym else ""
+        print(f"| variant | return, final policy (mean ± s.e. over seeds){gap} | success | "
+              f"best in-training eval | iterations to {threshold:g} (median) | wall s per run |")
+        print("|---|---|---|---|---|---|" + ("---|" if gym else ""))
         results = {}
         for name, overrides in STUDIES[study]:
-            runs = [one_run(plant, overrides, s, args.iterations, args.eval_every)
+            if args.only and name not in args.only:
+                continue
+            runs = [one_run(plant, overrides, s, args.iterations, args.eval_every, args.episodes)
                     for s in range(args.seeds)]
             results[name] = runs
-            g = np.array([r["final"] for r in runs])
-            b = np.array([r["best_curve"] for r in runs])
+            g = [r["final"].mean for r in runs]
+            b = [r["best_curve"] for r in runs]
             its = [r["it_to_threshold"] for r in runs]
             reached = [i for i in its if i is not None]
             med = f"{np.median(reached):.0f}" if len(reached) == len(its) else \
                 f"{len(reached)}/{len(its)} reached"
-            success = np.mean([r["success"] for r in runs])
-            print(f"| {name} | {g.mean():.1f} ± {g.std():.1f} | {100 * success:.0f} % | "
-                  f"{b.mean():.1f} | {med} |", flush=True)
-        if args.png_dir:
-            prefix = "" if gym else f"{args.system}-"
-            plot(results, plant, study, os.path.join(args.png_dir, f"{prefix}{study}.png"))
+            success = np.mean([r["final"].success.mean() for r in runs])
+            paired = ""
+            if gym:
+                d = [r["final"].minus(optimum) for r in runs]
+                paired = (f" {mean_se([m for m, _ in d])} ("
+                          + ", ".join(f"{m:+.1f} ± {e:.1f}" for m, e in d) + ") |")
+            print(f"| {name} | {mean_se(g)} |{paired} {100 * success:.0f} % | {np.mean(b):.1f} | "
+                  f"{med} | {np.mean([r['wall'] for r in runs]):.0f} |", flush=True)
+            if args.png_dir:  # after every variant: a run cut short keeps its plot
+                prefix = "" if gym else f"{args.system}-"
+                plot(results, plant, study, os.path.join(args.png_dir, f"{prefix}{study}.png"))
     return 0
+
+
+def plot_gaps(tables: list[str], path: str) -> None:
+    """Per-seed paired gaps (final - optimum, with their s.e.) read back from
+    the markdown rows this script prints, one row of points per variant."""
+    import re
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = []
+    for table in tables:
+        for line in open(table):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) >= 3 and "(" in cells[2] and "±" in cells[2]:
+                per_seed = re.findall(r"([-+][\d.]+) ± ([\d.]+)", cells[2].split("(", 1)[1])
+                rows.append((cells[0], [(float(m), float(e)) for m, e in per_seed]))
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(rows) + 1.2))
+    for k, (name, seeds) in enumerate(rows):
+        for j, (m, e) in enumerate(seeds):
+            ax.errorbar(m, k + 0.12 * (j - (len(seeds) - 1) / 2), xerr=2 * e, fmt="o", ms=4,
+                        color="C0", ecolor="C0", elinewidth=1)
+        ax.plot(np.mean([m for m, _ in seeds]), k, "|", ms=16, color="k")
+    ax.set_yticks(range(len(rows)), [name for name, _ in rows])
+    ax.invert_yaxis()
+    if min(m for _, seeds in rows for m, _ in seeds) < -100:  # a failed variant: keep the rest readable
+        ax.set_xscale("symlog", linthresh=20)
+    ax.axvline(0, color="k", lw=0.6, ls=":")
+    ax.set_xlabel("final policy - optimum, paired on held-out episodes\n"
+                  "(dots: seeds, ± 2 s.e.; bar: mean over seeds)")
+    fig.tight_layout()
+    from grpo_ctrl.files import save_figure
+    save_figure(fig, path)
+    plt.close(fig)
 
 
 def plot(results: dict, plant, study: str, path: str) -> None:

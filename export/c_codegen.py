@@ -8,6 +8,9 @@ folded weights) is evaluated here, with ``onnx.reference``, and never reaches
 the C. The result has
 
 * weights as ``static const float`` arrays, no malloc, no stdio, only libm;
+  on AVR they carry ``PROGMEM`` and are read with ``pgm_read_float`` (avr-gcc
+  would otherwise copy every const array into the few KB of SRAM), elsewhere
+  they are plain const and the read macro is an array access;
 * one function ``int <name>_step(const float *obs, float *action)``;
 * one scratch array on the stack, sized by a liveness-aware allocator, so RAM
   is the largest set of intermediate values alive at once.
@@ -67,6 +70,28 @@ _REDUCTIONS = {
     "ReduceProd": ("({a} * {b})", "{acc}"),
 }
 _FOLDED_ONLY = {"Shape", "Size", "ConstantOfShape", "Range"}  # must reduce to constants
+# libm functions avr-libc 2.0 lacks: a definition each, compiled on AVR only
+_AVR_LIBM_GAPS = {
+    "log1pf": """static float avr_log1pf(float x)
+{
+  const float u = 1.0f + x;  /* Goldberg's correction for the rounding of 1 + x */
+  return u == 1.0f ? x : logf(u) * (x / (u - 1.0f));
+}""",
+    "nearbyintf": """static float avr_nearbyintf(float x)
+{
+  const float f = floorf(x), d = x - f;  /* exact; half to even, as ONNX's Round */
+  return d > 0.5f || (d == 0.5f && fmodf(f, 2.0f) != 0.0f) ? f + 1.0f : f;
+}""",
+    "erff": """static float avr_erff(float x)
+{
+  /* Abramowitz and Stegun 7.1.26, |error| <= 1.5e-7 */
+  const float a = fabsf(x), t = 1.0f / (1.0f + 0.3275911f * a);
+  const float p = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f +
+                  t * (-1.453152027f + t * 1.061405429f))));
+  const float y = 1.0f - p * expf(-a * a);
+  return x < 0.0f ? -y : y;
+}""",
+}
 _OBS = "\0obs"  # storage of the graph input, the step function's obs argument (no ONNX name)
 _LIBM_CALL = re.compile(r"\b([a-z0-9]+f)\(")
 _FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.BOOL}
@@ -74,19 +99,17 @@ _FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.BOOL}
 
 @dataclass
 class SizeReport:
+    """What the generator knows exactly. Code size depends on the compiler
+    and the target (an estimate was off by 2-9x), so it is measured where a
+    toolchain is at hand: ``c_build.cross_size`` and ``grpo-ctrl firmware``."""
     const_bytes: int     # weights and index tables (flash)
-    code_bytes_est: int  # rough code size of the step function and the libm it calls
     ram_bytes: int       # scratch array: the largest set of live intermediates
     libm: list[str]
 
-    @property
-    def flash_bytes_est(self) -> int:
-        return self.const_bytes + self.code_bytes_est
-
     def summary(self) -> str:
-        return (f"flash ~{self.flash_bytes_est / 1024:.1f} KiB ({self.const_bytes} B constants + "
-                f"~{self.code_bytes_est} B code, estimated), RAM {self.ram_bytes} B scratch "
-                f"on the stack; libm: {', '.join(self.libm) or 'none'}")
+        return (f"{self.const_bytes} B constants (flash), RAM {self.ram_bytes} B scratch "
+                f"on the stack; code size depends on the target (measured by grpo-ctrl "
+                f"firmware); libm: {', '.join(self.libm) or 'none'}")
 
 
 @dataclass
@@ -149,7 +172,11 @@ class _Emitter:
     consts: list = field(default_factory=list)   # C definitions of constant arrays
     const_bytes: int = 0
     const_names: dict = field(default_factory=dict)
-    n_ops: int = 0
+    rom: str = "ROM"  # prefix of the flash qualifier and read macros (<NAME>_ROM, _ROM_F, _ROM_U16)
+
+    def const_at(self, name: str, arr: np.ndarray, idx: str) -> str:
+        """C expression of element ``idx`` of constant ``name`` (a flash read on AVR)."""
+        return f"{self.rom}_F({self.const_array(name, arr)}, {idx})"
 
     def const_array(self, name: str, arr: np.ndarray) -> str:
         """C name of a ``static const float`` array holding constant ``name``."""
@@ -159,7 +186,7 @@ class _Emitter:
             self.const_bytes += 4 * flat.size
             body = ", ".join(_float_literal(v) for v in flat)
             shape = "x".join(str(d) for d in np.shape(arr)) or "scalar"
-            self.consts.append(f"/* {name} ({shape}) */\nstatic const float {cname}[{flat.size}] = "
+            self.consts.append(f"/* {name} ({shape}) */\nstatic const float {cname}[{flat.size}] {self.rom} = "
                                f"{{{_wrap(body)}}};")
             self.const_names[name] = cname
         return self.const_names[name]
@@ -171,7 +198,7 @@ class _Emitter:
         self.const_bytes += 2 * indices.size
         body = ", ".join(str(int(v)) for v in indices)
         self.consts.append(f"/* element numbers for {what} */\nstatic const unsigned short "
-                           f"{cname}[{indices.size}] = {{{_wrap(body)}}};")
+                           f"{cname}[{indices.size}] {self.rom} = {{{_wrap(body)}}};")
         return cname
 
 
@@ -232,16 +259,22 @@ def _io_sizes(model: onnx.ModelProto) -> tuple[str, str, int]:
     return inputs[0].name, g.output[0].name, shapes[0]
 
 
-def generate_c(model: onnx.ModelProto, name: str = "policy") -> CSource:
-    """C99 source and header computing ``model`` for one observation."""
+def check_c_name(name: str) -> str:
+    """``UserError`` unless ``name`` can prefix C file and function names."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise UserError(f"the C name {name!r} is not a C identifier; use letters, digits and _")
+    return name
+
+
+def generate_c(model: onnx.ModelProto, name: str = "policy") -> CSource:
+    """C99 source and header computing ``model`` for one observation."""
+    check_c_name(name)
     in_name, out_name, nobs = _io_sizes(model)
     g = model.graph
     opsets = list(model.opset_import)
     consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     tensors: dict[str, _Tensor] = {in_name: _Tensor((1, nobs), np.float32, _OBS)}
-    em = _Emitter(opsets)
+    em = _Emitter(opsets, rom=f"{name.upper()}_ROM")
     steps = []  # the nodes that compute at run time, in order
     for node in _toposort(g, set(consts) | {in_name}):
         if node.domain not in ("", "ai.onnx"):
@@ -294,11 +327,7 @@ def generate_c(model: onnx.ModelProto, name: str = "policy") -> CSource:
     out = tensors[out_name]
     body = "\n".join(em.lines)
     libm = sorted(set(_LIBM_CALL.findall(body)))
-    # a rough guide for a Cortex-M class target at -Os: ~64 B per emitted loop
-    # or statement group, ~600 B per transcendental libm function, next to nothing
-    # for the ones that compile to an instruction or two
-    code_est = 64 * em.n_ops + sum(16 if f in ("fabsf", "fmaxf", "fminf") else 600 for f in libm)
-    size = SizeReport(em.const_bytes, code_est, 4 * ram, libm)
+    size = SizeReport(em.const_bytes, 4 * ram, libm)
     meta = metadata.raw(model)
     return CSource(name, _c_file(name, em, body, ram, out, nobs, size, meta),
                    _h_file(name, nobs, size, meta), size)
@@ -354,8 +383,8 @@ def _operand(name: str, shape_out: tuple, tensors, consts, em, idx: str) -> str:
             arr = arr.astype(np.float32)
         if arr.size == 1:
             return _float_literal(arr.reshape(-1)[0])
-        cname, shape = em.const_array(name, arr), arr.shape
-        at = lambda i: f"{cname}[{i}]"  # noqa: E731
+        shape = arr.shape
+        at = lambda i: em.const_at(name, arr, i)  # noqa: E731
     else:
         t = tensors[name]
         shape, at = t.shape, lambda i: _at(t, i)  # noqa: E731
@@ -386,7 +415,6 @@ def _broadcast_index(shape, shape_out, idx: str) -> str:
 
 def _loop(em: _Emitter, n: int, stmt: str) -> None:
     """``stmt`` for every output element i (just once, with i = 0 written out, for one)."""
-    em.n_ops += 1
     em.lines.append(f"  for (int i = 0; i < {n}; ++i) {stmt}" if n > 1 else f"  {stmt}")
 
 
@@ -493,14 +521,14 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
         terms = [r if r == "0" or shape[1] == 1 else f"{r} * {shape[1]}", c]
         index = " + ".join(t for t in terms if t != "0") or "0"
         if name in consts:
-            return f"{em.const_array(name, consts[name])}[{index}]"
+            return em.const_at(name, consts[name], index)
         return _at(tensors[name], index)
 
     a = elem(a_name, shapes[0], m, "k", ta)
     if b_name in consts:
         b_kn = np.asarray(consts[b_name], np.float32)
         b_kn = b_kn.T if tb else b_kn
-        b = f"{em.const_array(b_name + ' (K x N)', b_kn)}[{'k' if N == 1 else f'k * {N} + j'}]"
+        b = em.const_at(b_name + ' (K x N)', b_kn, 'k' if N == 1 else f'k * {N} + j')
     else:
         b = elem(b_name, shapes[1], "k", "j", tb)
     row = f"m * {N} + " if M > 1 else ""
@@ -524,10 +552,9 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
         if c_name in consts and c_size == 1:
             c = _float_literal(np.asarray(consts[c_name]).reshape(-1)[0])
         else:
-            c = (f"{em.const_array(c_name, consts[c_name])}[{c_idx}]" if c_name in consts
+            c = (em.const_at(c_name, consts[c_name], c_idx) if c_name in consts
                  else _at(tensors[c_name], c_idx))
         epilogue += f" + {c}" if beta == 1.0 else f" + {_float_literal(beta)} * {c}"
-    em.n_ops += 1
     each_j = (lambda stmt: f"for (int j = 0; j < {N}; ++j) {stmt}") if N > 1 else (lambda s: s)
     lines = [each_j(f"{dst} = 0.0f;"),
              f"for (int k = 0; k < {K}; ++k) {{",
@@ -562,7 +589,6 @@ def _emit_reduce(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
     n = rows.shape[1]
     step = np.diff(rows, axis=1)
     row_step = np.diff(rows[:, 0])
-    em.n_ops += 1
     if (n == 1 or np.all(step == step[0, 0])) and (len(rows) == 1 or
                                                    np.all(row_step == row_step[0])):
         k_step = int(step[0, 0]) if n > 1 else 0
@@ -631,9 +657,8 @@ def _emit_move(node, tensors, consts, em: _Emitter, out: _Tensor) -> None:
     if len(runs) > 16 and len(sources) == 1 and sources[0] not in consts and len(where) < 65536:
         # scattered copies: one loop over a table of source element numbers
         table = em.index_table(f"{node.op_type} {node.name}", where)
-        em.n_ops += 1
         em.lines.append(f"  for (int i = 0; i < {len(where)}; ++i) "
-                        f"{_at(out, 'i')} = {_at(tensors[sources[0]], f'{table}[i]')};")
+                        f"{_at(out, 'i')} = {_at(tensors[sources[0]], f'{em.rom}_U16({table}, i)')};")
         return
     for o, src, s, length in runs:
         if src in consts:
@@ -641,11 +666,9 @@ def _emit_move(node, tensors, consts, em: _Emitter, out: _Tensor) -> None:
             if length == 1:
                 em.lines.append(f"  {_at(out, str(o))} = {_float_literal(arr[s])};")
                 continue
-            cname = em.const_array(src, consts[src])
-            at = lambda i: f"{cname}[{i}]"  # noqa: E731
+            at = lambda i, src=src: em.const_at(src, consts[src], i)  # noqa: E731
         else:
             at = lambda i, t=tensors[src]: _at(t, i)  # noqa: E731
-        em.n_ops += 1
         if length == 1:
             em.lines.append(f"  {_at(out, str(o))} = {at(str(s))};")
         else:
@@ -660,12 +683,27 @@ def _meta_comment(meta: dict) -> str:
 def _c_file(name, em: _Emitter, body, ram, out: _Tensor, nobs, size: SizeReport, meta) -> str:
     scratch = f"  float ws[{ram}];\n" if ram else ""
     consts = "\n\n".join(em.consts)
+    rom = em.rom
+    gaps = "".join(f"/* not in avr-libc */\n{_AVR_LIBM_GAPS[f]}\n#define {f} avr_{f}\n"
+                   for f in size.libm if f in _AVR_LIBM_GAPS)
     return f"""/* Generated by grpo-ctrl export from a verified ONNX graph; do not edit.
  * {size.summary()}
  */
 #include <math.h>
 
 #include "{name}.h"
+
+#if defined(__AVR__)
+/* constants stay in flash: avr-gcc copies a plain const array into SRAM */
+#include <avr/pgmspace.h>
+#define {rom} PROGMEM
+#define {rom}_F(a, i) pgm_read_float(&(a)[i])
+#define {rom}_U16(a, i) pgm_read_word(&(a)[i])
+{gaps}#else
+#define {rom}
+#define {rom}_F(a, i) ((a)[i])
+#define {rom}_U16(a, i) ((a)[i])
+#endif
 
 {consts}
 

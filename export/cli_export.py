@@ -12,7 +12,7 @@ import pickle
 import zipfile
 from pathlib import Path
 
-from grpo_ctrl.export.c_codegen import generate_c, write_c_source
+from grpo_ctrl.export.c_codegen import check_c_name, generate_c, write_c_source
 from grpo_ctrl.files import atomic_write, check_folder, check_writable
 from grpo_ctrl.export.onnx_export import export_onnx, source_of
 from grpo_ctrl.export.verify import TOLERANCE, operating_observations
@@ -73,6 +73,7 @@ def run(args) -> int:
         check_writable(args.onnx)
     if args.c is not None:
         check_folder(args.c)
+    check_c_name(args.c_name)
     controller, name = controller_from_args(args)
     source, sha = source_of(controller, name)
     model, result = export_onnx(controller, None, source, sha)

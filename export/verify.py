@@ -15,7 +15,7 @@ import onnx
 import torch
 
 from grpo_ctrl.export.session import tuned_options
-from grpo_ctrl.errors import UserError
+from grpo_ctrl.errors import UserError, one_line
 from grpo_ctrl.plant import plant_spec
 from grpo_ctrl.sim import BatchSim
 
@@ -127,7 +127,7 @@ def verify(model: onnx.ModelProto, controller, samples: int = SAMPLES, seed: int
                               for i in range(min(batch1_samples, samples))])
     except Exception as e:  # onnxruntime raises its own exception types
         raise UserError(f"onnxruntime cannot run the model on {spec.nobs} observations of "
-                        f"{spec.system}: {e}") from None
+                        f"{spec.system}: {one_line(e)}") from None
     if got.shape != want.shape:
         raise UserError(f"the ONNX model returns shape {got.shape}, the controller {want.shape}")
     err = float(np.max(np.abs(got.astype(np.float64) - want)))

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.firmware_bridge.hil import seed_type
+from grpo_ctrl.option_types import number, positive_int, seed
 
 TONES = np.linspace(0.2, 4.0, 15)  # Hz
 AMPLITUDES = (1 / 3, 2 / 3)         # of u_max: around hanging, then small swings
@@ -79,35 +79,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", default="pendulum", help="the plant on the port (checked)")
     p.add_argument("--preset", default=None,
                    help="its preset, checked against the device's (default: the device's)")
-    p.add_argument("--duration", type=_seconds, default=20.0, metavar="S",
+    p.add_argument("--duration", type=number(float, 5.0, 3600.0, unit=" (seconds; sysid needs "
+                                             ">= 5)"), default=20.0, metavar="S",
                    help="length of the experiment (default 20; sysid needs >= 5)")
     p.add_argument("--log", required=True, help="telemetry file, .csv or .jsonl, for sysid")
     p.add_argument("--plot", default=None, help="PNG plot (default: next to the log)")
-    p.add_argument("--max-swing", type=_swing, default=1.0, metavar="RAD",
+    p.add_argument("--max-swing", type=number(float, above=0.0, high=math.pi / 2, unit=" (rad)"),
+                   default=1.0, metavar="RAD",
                    help="brake beyond this angle from hanging (default 1.0)")
-    p.add_argument("--seed", type=seed_type, default=0, help="phases of the multisine")
-    p.add_argument("--baud", type=int, default=1_000_000, help="baud rate for a UART")
+    p.add_argument("--seed", type=seed, default=0, help="phases of the multisine")
+    p.add_argument("--baud", type=positive_int(100_000_000), default=1_000_000,
+                   help="baud rate for a UART")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-
-
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not (math.isfinite(v) and 5.0 <= v <= 3600.0):
-        raise argparse.ArgumentTypeError(f"must lie in [5, 3600] s (sysid needs >= 5), got {text}")
-    return v
-
-
-def _swing(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an angle in rad, got {text!r}") from None
-    if not (math.isfinite(v) and 0 < v <= math.pi / 2):
-        raise argparse.ArgumentTypeError(f"must lie in (0, pi/2] rad, got {text}")
-    return v
 
 
 def run(args) -> int:
@@ -116,7 +99,8 @@ def run(args) -> int:
     from grpo_ctrl.plant import plant_spec
 
     if args.system != "pendulum":
-        raise UserError(f"excite drives the pendulum so far; {args.system} is not supported yet")
+        raise UserError(f"excite drives the pendulum so far; --system {args.system!r} is not "
+                        "supported yet")
     try:
         spec = plant_spec(args.system, args.preset)
     except ValueError as e:

@@ -27,7 +27,8 @@ import numpy as np
 from grpo_ctrl.firmware_bridge._firmware import ffi, lib
 from grpo_ctrl.firmware_bridge.protocol import FAULTS, MODES
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.plant import default_preset, plant_spec, presets, system_id, systems
+from grpo_ctrl.option_types import number, probability, seconds, seed
+from grpo_ctrl.plant import plant_spec, resolve_plant, system_id
 from grpo_ctrl.plant_file import PlantValues
 
 
@@ -65,12 +66,7 @@ class HilServer:
 
     def __init__(self, config: HilConfig | None = None):
         c = self.config = config or HilConfig()
-        if c.system not in systems():
-            raise UserError(f"unknown system {c.system!r}; choose one of {systems()}")
-        preset = c.preset or default_preset(c.system)
-        if preset not in presets(c.system):
-            raise UserError(f"unknown preset {preset!r} for {c.system}; choose one of "
-                            f"{presets(c.system)}")
+        _, preset = resolve_plant(c.system, c.preset)
         for name in ("corrupt", "drop", "spike_rate"):
             if not 0.0 <= getattr(c, name) <= 1.0:
                 raise UserError(f"--{name.replace('_', '-')} is a probability in [0, 1], "
@@ -245,11 +241,14 @@ def spawn_hil(*cli_args: str):
 
 # ---------------------------------------------------------------------- CLI
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    milliseconds = number(float, 0.0, 10_000.0, unit=" (ms)")
     p.add_argument("--system", default="pendulum", help="plant: pendulum, cartpole or furuta")
     p.add_argument("--preset", default=None, help="parameter preset (default: the system's first)")
-    p.add_argument("--rate", type=float, default=None, metavar="HZ",
+    p.add_argument("--rate", type=number(float, 1.0, 20000.0, unit=" Hz"), default=None,
+                   metavar="HZ",
                    help="control rate (default: the preset's; 1000 for a 1 kHz loop)")
-    p.add_argument("--angle0", type=float, default=None, metavar="RAD",
+    p.add_argument("--angle0", type=number(float, -100.0, 100.0, unit=" (rad)"), default=None,
+                   metavar="RAD",
                    help="start at rest with the pendulum at this angle from upright")
     p.add_argument("--hold-until-armed", action="store_true",
                    help="hold the plant at its start until the host first arms it")
@@ -259,46 +258,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(rad, the pendulum encoder's); repeat for several")
     g.add_argument("--plant", metavar="FILE.toml",
                    help="the plant of a file (grpo-ctrl sysid --out, --reveal)")
-    g.add_argument("--mystery", type=seed_type, default=None, metavar="SEED",
+    g.add_argument("--mystery", type=seed, default=None, metavar="SEED",
                    help="a hidden plant: every parameter but g x U(0.7, 1.3), 0-2 steps of "
                         "delay, an encoder offset within 0.05 rad; never printed")
     g.add_argument("--reveal", metavar="FILE.toml",
                    help="write the plant served (e.g. --mystery's) to this file")
-    p.add_argument("--duration", type=float, default=0.0, metavar="S",
+    p.add_argument("--duration", type=seconds("until Ctrl-C"), default=0.0, metavar="S",
                    help="stop after this long (default: until Ctrl-C)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--watchdog-ms", type=float, default=None,
+    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--watchdog-ms", type=number(float, above=0.0, high=10_000.0, unit=" (ms)"),
+                   default=None,
                    help="command watchdog (default: two control periods)")
-    p.add_argument("--velocity-limit", type=float, default=None,
+    p.add_argument("--velocity-limit", type=number(float, 0.0, 1e6, unit=" (0: none)"),
+                   default=None,
                    help="disarm beyond this speed, rad/s or m/s (0: none)")
-    p.add_argument("--position-limit", type=float, default=None,
+    p.add_argument("--position-limit", type=number(float, 0.0, 1e6, unit=" (0: none)"),
+                   default=None,
                    help="disarm when channel 0 (cart or arm) goes beyond this, rad or m (0: none)")
-    p.add_argument("--velocity-cutoff", type=float, default=20.0, metavar="HZ",
+    p.add_argument("--velocity-cutoff", type=number(float, 0.0, 1e5, unit=" Hz (0: none)"),
+                   default=20.0, metavar="HZ",
                    help="low-pass cutoff of the device's velocity estimate (0: raw differences)")
     g = p.add_argument_group("fault injection")
-    g.add_argument("--corrupt", type=float, default=0.0, metavar="P",
+    g.add_argument("--corrupt", type=probability, default=0.0, metavar="P",
                    help="probability that a byte from the device is corrupted")
-    g.add_argument("--drop", type=float, default=0.0, metavar="P",
+    g.add_argument("--drop", type=probability, default=0.0, metavar="P",
                    help="probability that a frame from the device is dropped")
-    g.add_argument("--latency-ms", type=float, default=0.0, help="added to every device frame")
-    g.add_argument("--spike-rate", type=float, default=0.0, metavar="P",
+    g.add_argument("--latency-ms", type=milliseconds, default=0.0,
+                   help="added to every device frame")
+    g.add_argument("--spike-rate", type=probability, default=0.0, metavar="P",
                    help="probability of a latency spike on a frame")
-    g.add_argument("--spike-ms", type=float, default=0.0, help="size of a latency spike")
-    g.add_argument("--disconnect-after", type=float, default=0.0, metavar="S",
+    g.add_argument("--spike-ms", type=milliseconds, default=0.0, help="size of a latency spike")
+    g.add_argument("--disconnect-after", type=seconds("never"), default=0.0, metavar="S",
                    help="hang the line up after this long")
     g.add_argument("--both-ways", action="store_true",
                    help="corrupt the host's bytes too (raise --watchdog-ms to match)")
-
-
-def seed_type(text: str) -> int:
-    """argparse type of a seed: a whole number >= 0."""
-    try:
-        seed = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if seed < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {seed}")
-    return seed
 
 
 def plant_from_args(args) -> PlantValues | None:
@@ -307,12 +300,7 @@ def plant_from_args(args) -> PlantValues | None:
 
     if args.mystery is not None and (args.plant or args.param):
         raise UserError("--mystery draws the whole plant: leave out --plant and --param")
-    if args.system not in systems():
-        return None  # HilServer names the choices
-    try:
-        spec = plant_spec(args.system, args.preset)
-    except ValueError:
-        return None
+    spec = plant_spec(*resolve_plant(args.system, args.preset))
     if args.mystery is not None:
         return mystery_plant(spec, args.mystery)
     base = read_plant_file(args.plant, spec) if args.plant else None

@@ -28,6 +28,7 @@ from grpo_ctrl.firmware_bridge.link import Link, handshake, select_control_sourc
 from grpo_ctrl.firmware_bridge.loop import ControlLoop, format_summary
 from grpo_ctrl.firmware_bridge.observation import Features, load_onnx_controller
 from grpo_ctrl.firmware_bridge.telemetry import Telemetry, write_plot
+from grpo_ctrl.option_types import positive_int, positive_seconds
 
 EXIT_CODES = {"completed": 0, "fault": 3, "link lost": 4, "error": 5, "interrupted": 130}
 
@@ -184,11 +185,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--on-device", action="store_true",
                    help="the device's own linked controller closes the loop; the host arms, "
                         "supervises and logs")
-    p.add_argument("--duration", type=float, default=10.0, metavar="S", help="run this long")
+    p.add_argument("--duration", type=positive_seconds, default=10.0, metavar="S",
+                   help="run this long")
     p.add_argument("--log", default=None,
                    help="telemetry file, .csv or .jsonl (default: runs/serial/<time>.csv)")
     p.add_argument("--plot", default=None, help="PNG plot (default: next to the log)")
-    p.add_argument("--baud", type=int, default=1_000_000,
+    p.add_argument("--baud", type=positive_int(100_000_000), default=1_000_000,
                    help="baud rate for a UART (ignored by USB CDC and pseudo-terminals)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 

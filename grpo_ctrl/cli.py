@@ -26,12 +26,20 @@ COMMANDS = {
     "run": ("grpo_ctrl.firmware_bridge.host", "run an ONNX controller closed-loop over serial"),
     "excite": ("grpo_ctrl.firmware_bridge.excite", "run a safe identification experiment on the rig and log it"),
     "sysid": ("grpo_ctrl.cli_sysid", "fit a plant's parameters, delay and offset to run/excite logs"),
+    "firmware": ("grpo_ctrl.firmware_bridge.boards", "write a firmware project for a board (uno, mps2-an386), built and sized"),
     "bench": ("grpo_ctrl.bench_cli", "run a benchmark (sim, train, export, loop)"),
 }
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (no usage block), exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser(command: str | None) -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
+    top = _OneLineParser(
         prog="grpo-ctrl",
         description="Train pendulum controllers with GRPO, export them, run them on the rig.")
     sub = top.add_subparsers(dest="command", metavar="COMMAND")
@@ -47,11 +55,17 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     if command not in COMMANDS:
         command = None
-    args = _parser(command).parse_args(argv)
-    if args.command is None:
-        _parser(None).print_help()
-        return 2
-    module = importlib.import_module(COMMANDS[args.command][0])
+    try:  # the command's module imports torch & co. here: seconds in which Ctrl-C is likely
+        args = _parser(command).parse_args(argv)
+        if args.command is None:
+            _parser(None).print_help()
+            return 2
+        module = importlib.import_module(COMMANDS[args.command][0])
+    except SystemExit as e:  # argparse: --help, or a bad argument (its line is printed)
+        return e.code
+    except KeyboardInterrupt:
+        print(f"grpo-ctrl{' ' + command if command else ''}: interrupted", file=sys.stderr)
+        return 130
     try:
         return int(module.run(args) or 0)
     except UserError as e:  # only these: any other exception is a bug and keeps its traceback

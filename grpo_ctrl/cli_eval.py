@@ -1,8 +1,10 @@
 """``grpo-ctrl eval``: score a trained run or a baseline controller.
 
-On the C simulator (batched, every episode at once) by default; with
-``--gym`` on Gymnasium's own ``Pendulum-v1``, so the numbers compare with
-published ones. Trained policies act with their deterministic (mean) action,
+On the held-out episodes of ``grpo_ctrl.heldout`` by default: 1,000 fixed
+start states from seeds 10000 on (for the gym pendulum, Gymnasium's own
+Pendulum-v1 resets), stepped in the C simulator (batched), mean +- standard
+error; ``--against`` another controller prints the paired difference on the
+same episodes. With ``--gym`` the episodes step in Gymnasium itself. Trained policies act with their deterministic (mean) action,
 the deployed controller. Success: never terminated, and upright and still at
 the end (``grpo_ctrl.closed_loop.upright_and_still``). Smoothness:
 mean |du| / u_max per step, and the share of steps where du changes sign.
@@ -15,22 +17,30 @@ import argparse
 from pathlib import Path
 
 from grpo_ctrl.baselines import BASELINES
-from grpo_ctrl.closed_loop import evaluate_on_gym, evaluate_on_sim
-from grpo_ctrl.controller import load_controller
+from grpo_ctrl.closed_loop import evaluate_on_gymnasium_pendulum, summarise
+from grpo_ctrl.controller import OPTIMUM, load_controller
 from grpo_ctrl.errors import UserError
+from grpo_ctrl.heldout import HELDOUT_EPISODES, HELDOUT_SEED, Score, format_difference
+from grpo_ctrl.heldout import run as run_heldout
+from grpo_ctrl.option_types import MAX_EPISODES, positive_int, seed
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", nargs="*", help="run folder (its best checkpoint) or checkpoint file "
                    "(several with --robustness)")
-    p.add_argument("--controller", choices=BASELINES,
+    p.add_argument("--controller", choices=(*BASELINES, OPTIMUM),
                    help="evaluate a baseline instead of a run (needs --system; with "
                         "--robustness: alongside the runs)")
     p.add_argument("--system", help="plant of the baseline: pendulum, cartpole or furuta")
     p.add_argument("--preset", help="preset of the baseline's plant")
-    p.add_argument("--episodes", type=int, help="episodes (default 100; with --robustness: "
-                   "per grid point, default 20)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the start states (default 0)")
+    p.add_argument("--episodes", type=positive_int(MAX_EPISODES), help=f"episodes (default "
+                   f"{HELDOUT_EPISODES}; with --robustness: per grid point, default 20)")
+    p.add_argument("--seed", type=seed, default=HELDOUT_SEED,
+                   help=f"seed of the first episode's start state (default {HELDOUT_SEED}, "
+                        "away from the starts training selects best.pt on)")
+    p.add_argument("--against", metavar="RUN|BASELINE",
+                   help="also score this run, checkpoint, baseline or 'optimum' on the same "
+                        "episodes and print the paired difference")
     p.add_argument("--gym", action="store_true",
                    help="evaluate on Gymnasium's Pendulum-v1 (pendulum/gym controllers only)")
     p.add_argument("--robustness", action="store_true",
@@ -85,8 +95,6 @@ def run_robustness(controllers: dict, args) -> int:
 
 
 def run(args) -> int:
-    if args.episodes is not None and args.episodes < 1:
-        raise UserError(f"--episodes must be positive, got {args.episodes}")
     if args.robustness and args.gym:
         raise UserError("--robustness runs on the C simulator; drop --gym")
     controllers = resolve_controllers(args)
@@ -94,14 +102,34 @@ def run(args) -> int:
         return run_robustness(controllers, args)
     name, controller = next(iter(controllers.items()))
     spec = controller.spec
+    other = None
+    if args.against:
+        other = load_controller(args.against, spec.system, args.preset or spec.preset)
+        if (other.spec.system, other.spec.preset) != (spec.system, spec.preset):
+            raise UserError(f"--against {args.against} is for {other.spec.system}/"
+                            f"{other.spec.preset}, not {spec.system}/{spec.preset}: a paired "
+                            "comparison needs the same plant")
     where = "Gymnasium Pendulum-v1" if args.gym else f"C simulator {spec.system}/{spec.preset}"
-    s = (evaluate_on_gym if args.gym else evaluate_on_sim)(controller, args.episodes or 100,
-                                                           args.seed)
-    print(f"{name} on {where}, {s['episodes']} episodes (seed {args.seed}), deterministic action:")
-    print(f"  mean return   {s['mean']:10.2f}\n  median return {s['median']:10.2f}\n"
+    if args.gym and (spec.system, spec.preset) != ("pendulum", "gym"):
+        raise UserError(f"--gym evaluates on Gymnasium's Pendulum-v1, which is the pendulum/gym "
+                        f"preset; this controller is for {spec.system}/{spec.preset}")
+    episodes = args.episodes or HELDOUT_EPISODES
+    runner = evaluate_on_gymnasium_pendulum if args.gym else run_heldout
+    ep = runner(controller, episodes, args.seed)
+    s = summarise(ep.returns, ep.success, ep.du_mean, ep.du_sign_changes)
+    result = Score(ep.returns, ep.success, args.seed)
+    print(f"{name} on {where}, {episodes} held-out episodes (seeds {args.seed} to "
+          f"{args.seed + episodes - 1}), deterministic action:")
+    print(f"  mean return   {s['mean']:10.2f}  (s.e. {result.se:.2f})\n"
+          f"  median return {s['median']:10.2f}\n"
           f"  worst return  {s['worst']:10.2f}\n  success       {100 * s['success']:9.1f} %  "
           "(upright and still at the end)")
     if "du_mean" in s:
         print(f"  mean |du|/u_max {s['du_mean']:8.4f}   per step\n"
               f"  du sign changes {100 * s['du_sign_changes']:7.1f} %  of steps (chatter)")
+    if other is not None:
+        o = runner(other, episodes, args.seed)
+        o = Score(o.returns, o.success, args.seed)
+        print(f"  {args.against} on the same episodes: {o.mean:.2f} (s.e. {o.se:.2f}); "
+              f"{name} - {args.against} (paired): {format_difference(result.minus(o))}")
     return 0

@@ -11,19 +11,10 @@ from pathlib import Path
 from grpo_ctrl.errors import UserError
 
 
-def _delay_steps(text: str) -> int:
-    from grpo_ctrl.sim import MAX_DELAY
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a whole number of steps, got {text!r}") from None
-    if not 0 <= value <= MAX_DELAY:
-        raise argparse.ArgumentTypeError(f"must lie in [0, {MAX_DELAY}] steps, got {value}")
-    return value
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from grpo_ctrl.option_types import number
+    from grpo_ctrl.sim import MAX_DELAY
+
     p.add_argument("logs", nargs="+", metavar="LOG",
                    help="telemetry files from `grpo-ctrl run --log` or `grpo-ctrl excite --log`")
     p.add_argument("--system", default="pendulum", help="the plant the logs come from")
@@ -34,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the fitted plant: parameters, delay, offset, standard errors")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="measured vs simulated on held-out data (default: --out with .png)")
-    p.add_argument("--max-delay", type=_delay_steps, default=4, metavar="STEPS",
+    p.add_argument("--max-delay", type=number(int, 0, MAX_DELAY, unit=" (steps)"), default=4, metavar="STEPS",
                    help="largest actuation delay tried (default 4)")
     p.add_argument("--no-refine", action="store_true",
                    help="least squares only: skip the simulation-error refinement")

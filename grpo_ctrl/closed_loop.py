@@ -87,25 +87,31 @@ def upright_and_still(spec: PlantSpec, x: np.ndarray) -> np.ndarray:
 
 @torch.no_grad()
 def evaluate(controller, num_episodes: int, seed: int = 0, steps: int | None = None,
-             randomize=None, **model) -> Episodes:
+             randomize=None, start_states: np.ndarray | None = None, **model) -> Episodes:
     """Run ``num_episodes`` episodes of the controller's plant at once, each
-    to the preset's ``max_steps`` (or ``steps``). ``randomize`` (a
+    to the preset's ``max_steps`` (or ``steps``), from draws of the preset's
+    start distribution (or from ``start_states (num_episodes, nx)``). ``randomize`` (a
     ``grpo_ctrl.randomize.Randomization``) draws each episode its plant;
     ``model`` overrides model fields of the simulator (e.g. ``delay=1``,
     ``x0_low=...``)."""
     spec = controller.spec
     sim = BatchSim(spec.system, num_episodes, spec.preset, seed=seed, randomize=randomize,
                    **model)
-    return run_episodes(controller, sim, steps)
+    return run_episodes(controller, sim, steps, start_states)
 
 
 @torch.no_grad()
-def run_episodes(controller, sim: BatchSim, steps: int | None = None) -> Episodes:
-    """One episode in each environment of ``sim`` (reset first; plants as
-    its plant mode says), each to the preset's ``max_steps`` (or ``steps``)."""
+def run_episodes(controller, sim: BatchSim, steps: int | None = None,
+                 start_states: np.ndarray | None = None) -> Episodes:
+    """One episode in each environment of ``sim`` (reset first, then put in
+    ``start_states`` if given; plants as its plant mode says), each to the
+    preset's ``max_steps`` (or ``steps``)."""
     spec, num_episodes = controller.spec, sim.num_envs
     steps = steps or sim.model.max_steps
     obs = sim.reset()
+    if start_states is not None:
+        sim.set_state({"x": np.asarray(start_states, dtype=float)})
+        obs = sim.observe()
     returns = np.zeros(num_episodes)
     alive = np.ones(num_episodes, bool)
     commands = np.empty((steps, num_episodes), np.float32)

@@ -22,10 +22,16 @@ from grpo_ctrl.baselines import BASELINES, make_controller
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.policy import load_policy_controller
 
+OPTIMUM = "optimum"  # the dynamic-programming reference (pendulum only; not exportable)
+
 
 def load_controller(source: str, system: str | None = None, preset: str | None = None):
     """A controller from a run folder, a checkpoint file, or a baseline name
-    (``lqr``, ``swingup-lqr``; these need ``system``, and take ``preset``)."""
+    (``lqr``, ``swingup-lqr``, or the reference ``optimum``; these need
+    ``system``, and take ``preset``)."""
+    if source == OPTIMUM:
+        from grpo_ctrl.baselines.optimum import make_optimum
+        return make_optimum(system or "pendulum", preset)
     if source in BASELINES:
         if system is None:
             raise UserError(f"the baseline {source!r} needs a plant: add --system "

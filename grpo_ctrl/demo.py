@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from grpo_ctrl.errors import UserError
+from grpo_ctrl.option_types import positive_int, positive_seconds, seconds, seed
 
 DEFAULT_SYSTEM, DEFAULT_PRESET = "pendulum", "gym"
 DEFAULT_ITERATIONS = 150
@@ -23,16 +24,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip training: use the swing-up-plus-LQR baseline")
     p.add_argument("--system", default=DEFAULT_SYSTEM, help="plant (default: %(default)s)")
     p.add_argument("--preset", default=DEFAULT_PRESET, help="preset (default: %(default)s)")
-    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
+    p.add_argument("--iterations", type=positive_int(10**9), default=DEFAULT_ITERATIONS,
                    help="GRPO iterations to train: the same policy on a quiet or a busy machine "
                         "(default: %(default)s)")
-    p.add_argument("--budget", type=float, default=0.0,
+    p.add_argument("--budget", type=seconds("no limit"), default=0.0,
                    help="also stop training after this many seconds (default: no limit)")
-    p.add_argument("--duration", type=float, default=8.0,
+    p.add_argument("--duration", type=positive_seconds, default=8.0,
                    help="seconds of closed-loop control on the HIL pendulum (default: %(default)s)")
     p.add_argument("--out", default=None,
                    help="output folder (default: runs/demo-<system>-<preset>-<time>)")
-    p.add_argument("--seed", type=int, default=0, help="training seed (default: %(default)s)")
+    p.add_argument("--seed", type=seed, default=0, help="training seed (default: %(default)s)")
 
 
 def _controller(args, out: Path):
@@ -62,12 +63,8 @@ def run(args) -> int:
     from grpo_ctrl.firmware_bridge.host import run_loop
     from grpo_ctrl.firmware_bridge.loop import format_summary
 
-    if not args.iterations > 0:
-        raise UserError(f"--iterations must be a positive number, got {args.iterations}")
-    if not args.budget >= 0 or not math.isfinite(args.budget):
-        raise UserError(f"--budget must be a number of seconds (0: no limit), got {args.budget}")
-    if not args.duration > 0 or not math.isfinite(args.duration):
-        raise UserError(f"--duration must be a positive number of seconds, got {args.duration}")
+    from grpo_ctrl.plant import resolve_plant
+    resolve_plant(args.system, args.preset)
     out = Path(args.out or f"runs/demo-{args.system}-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -43,6 +43,7 @@ from grpo_ctrl.overlap import OverlapCollector
 from grpo_ctrl.policy import GaussianPolicy, gaussian_log_prob, log_tanh_jacobian
 from grpo_ctrl.randomize import Randomization
 from grpo_ctrl.sim import BatchSim
+from grpo_ctrl.trust_region import clipped_surrogate, surrogate  # noqa: F401 (clipped_surrogate: API)
 
 
 # =====================================================================
@@ -81,13 +82,6 @@ def zero_spread_fraction(rewards: np.ndarray, tol: float = 1e-9) -> float:
     """Fraction of groups (axis 0) whose rewards all equal: no learning signal."""
     spread = rewards.max(axis=1) - rewards.min(axis=1)
     return float(np.mean(spread.reshape(spread.shape[0], -1).max(axis=1) <= tol))
-
-
-def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, eps_low: float,
-                      eps_high: float) -> torch.Tensor:
-    """PPO/GRPO objective per step, to maximise:
-    min(ratio A, clip(ratio, 1 - eps_low, 1 + eps_high) A)."""
-    return torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv)
 
 
 def clip_fractions(ratio: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, eps_low: float,
@@ -291,7 +285,12 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
             logp = gaussian_log_prob(batch.z[idx], mu, policy.log_std)
             ratio = torch.exp(logp - batch.logp_old[idx])
             adv, mask = batch.adv[idx], batch.mask[idx]
-            per_step = -clipped_surrogate(ratio, adv, eps_low, eps_high)
+            kl = (gaussian_kl(batch.mu_old[idx], log_std_old, mu, policy.log_std)
+                  if cfg.trust_region == "kl_mask" else None)
+            per_step = -surrogate(cfg.trust_region, ratio, logp, adv, eps_low, eps_high,
+                                  z=batch.z[idx], mu_old=batch.mu_old[idx],
+                                  log_std_old=log_std_old, kl=kl, mask=mask,
+                                  kl_bound=cfg.kl_target)
             if cfg.beta > 0 and ref is not None:
                 with torch.no_grad():
                     mu_ref = ref.mu(ref.normalise(batch.raw_loss_obs[idx]))

@@ -44,7 +44,8 @@ def _serve(conn, parent: int, make_rollout, make_policy, seed: int) -> None:
     _die_with_parent()
     if os.getppid() != parent:  # the trainer died before the line above took effect
         os._exit(0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer decides when to stop
+    for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # sent to the whole process
+        signal.signal(stop, signal.SIG_IGN)  # group too; the trainer decides when to stop
     torch.set_num_threads(1)
     rollout, policy = make_rollout(), make_policy()
     gen = torch.Generator().manual_seed(seed + 1)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_ctrl._pendsim import ffi, lib
+from grpo_ctrl.errors import UserError
 
 
 def systems() -> list[str]:
@@ -42,6 +43,19 @@ def presets(system: str) -> list[str]:
 
 def default_preset(system: str) -> str:
     return presets(system)[0]
+
+
+def resolve_plant(system: str, preset: str | None = None) -> tuple[str, str]:
+    """``(system, preset)``, the system's first preset for None; ``UserError``
+    naming the choices when either is unknown."""
+    if system not in systems():
+        raise UserError(f"unknown system {system!r}; choose one of {', '.join(systems())}")
+    if preset is None:
+        return system, default_preset(system)
+    if preset not in presets(system):
+        raise UserError(f"unknown preset {preset!r} for {system}; choose one of "
+                        f"{', '.join(presets(system))}")
+    return system, preset
 
 
 def _strings(array, n: int) -> tuple[str, ...]:
@@ -153,6 +167,9 @@ def init_model(system: str, preset: str | None = None):
     and the preset's name."""
     sid = system_id(system)
     preset = default_preset(system) if preset is None else preset
+    if not isinstance(preset, str):
+        raise ValueError(f"preset must be a preset's name, one of {presets(system)}, got "
+                         f"{preset!r}")
     model = ffi.new("ps_model *")
     if lib.ps_model_init(model, sid, preset.encode()) != lib.PS_OK:
         raise ValueError(f"unknown preset {preset!r} for system {system!r}; "

@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import math
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from grpo_ctrl.errors import UserError
+from grpo_ctrl.errors import UserError, one_line
 from grpo_ctrl.files import atomic_write
 from grpo_ctrl.plant import plant_spec
 from grpo_ctrl.run_folder import BEST, checkpoint_path, run_of
@@ -212,10 +213,13 @@ def read_checkpoint(path: Path) -> dict:
                         "`grpo-ctrl train` or point at a run folder")
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # not torch's advice: weights_only=False would run its code
+        raise UserError(f"{str(path)!r} is not a grpo-ctrl checkpoint (not a file of tensors "
+                        "and plain values; nothing in it was run); point at a checkpoint from "
+                        "`grpo-ctrl train`") from None
     except Exception as e:  # torch raises many types for a damaged file
-        reason = str(e).splitlines()[0] if str(e) else "unreadable"
         raise UserError(f"{str(path)!r} is not a readable grpo-ctrl checkpoint "
-                        f"({type(e).__name__}: {reason}); retrain or point at another "
+                        f"({type(e).__name__}: {one_line(e)}); retrain or point at another "
                         "checkpoint") from None
     if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
         raise UserError(f"{str(path)!r} is not a grpo-ctrl policy checkpoint (format "
@@ -230,7 +234,8 @@ def load_policy(path: Path, which: str = BEST) -> tuple[GaussianPolicy, dict, Pa
     try:
         return GaussianPolicy.from_checkpoint(ck), ck, ck_path
     except (KeyError, RuntimeError, TypeError) as e:
-        raise UserError(f"{str(ck_path)!r} is a damaged checkpoint ({type(e).__name__}: {e}); "
+        raise UserError(f"{str(ck_path)!r} is a damaged checkpoint ({type(e).__name__}: "
+                        f"{one_line(e)}); "
                         "retrain or point at another checkpoint") from None
 
 
@@ -243,6 +248,10 @@ def load_policy_controller(path, which: str = BEST) -> PolicyController:
         spec = plant_spec(ck["system"], ck["preset"])
     except ValueError as e:
         raise UserError(f"{str(ck_path)!r} names a plant this simulator lacks: {e}") from None
+    if policy.arch["nobs"] != spec.nobs:
+        raise UserError(f"{str(ck_path)!r} is a damaged checkpoint: its network takes "
+                        f"{policy.arch['nobs']} observations, its plant {spec.system}/"
+                        f"{spec.preset} has {spec.nobs}; retrain or point at another checkpoint")
     digest = hashlib.sha256(ck_path.read_bytes()).hexdigest()
     run = run_of(path, ck_path)
     info = {"run": str(run) if run is not None else "", "checkpoint": str(ck_path),

@@ -10,6 +10,7 @@ every loader of a run reads, named in one place.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from grpo_ctrl.errors import UserError
@@ -47,3 +48,20 @@ def run_of(source: Path, checkpoint: Path) -> Path | None:
     if Path(source).is_dir() or checkpoint.parent.joinpath(CONFIG).exists():
         return checkpoint.parent
     return None
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The whole rows of a metrics.jsonl: a line without its newline (cut
+    short by a crash or SIGKILL) or that is not JSON is left out."""
+    if not path.is_file():
+        return []
+    rows = []
+    with open(path) as fh:
+        for line in fh:
+            try:
+                row = json.loads(line) if line.endswith("\n") else None
+            except json.JSONDecodeError:
+                row = None
+            if isinstance(row, dict):
+                rows.append(row)
+    return rows

@@ -341,6 +341,9 @@ class BatchSim:
                     raise ValueError(f"state[{key!r}] must be finite numbers")
             elif v.dtype.kind not in "iu" or (v.size and v.min() < 0):
                 raise ValueError(f"state[{key!r}] must be non-negative integers, got {v.dtype}")
+            elif v.size and int(v.max()) > np.iinfo(target.dtype).max:  # astype would wrap it
+                raise ValueError(f"state[{key!r}] must fit {target.dtype.name}, got "
+                                 f"{int(v.max())}")
             if key == "delay" and v.size and v.max() > MAX_DELAY:
                 raise ValueError(f"state['delay'] must be at most {MAX_DELAY} steps")
             if key == "motor_k" and v.size and (v.min() <= 0 or v.max() > 1):
@@ -435,6 +438,8 @@ class BatchSim:
         ``len(indices) * group_size`` environments of the same plant) is
         filled and returned; without it a new one is made."""
         idx = _check_indices(indices, self.num_envs, "indices")
+        if idx.size == 0:
+            raise ValueError("indices is empty: name at least one environment to branch")
         if not isinstance(group_size, (int, np.integer)) or group_size < 1:
             raise ValueError(f"group_size must be a positive integer, got {group_size!r}")
         n = idx.size * int(group_size)
@@ -468,5 +473,7 @@ class BatchSim:
         """Mechanical energy (J) of state ``x`` (default: environment ``env``'s)."""
         self._check_env(env)
         x = self._x[:, env].copy() if x is None else np.ascontiguousarray(x, dtype=float)
+        if x.shape != (self._x.shape[0],):
+            raise ValueError(f"x must have shape ({self._x.shape[0]},), got {x.shape}")
         return float(lib.ps_energy(self._model, self._data, int(env),
                                    ffi.from_buffer("double[]", x)))

@@ -400,7 +400,8 @@ def identify(logs: list[Log], spec: PlantSpec, max_delay: int = 4,
     of ``logs``; scored on the held-out part. Returns the fit, the held-out
     scorer and the nominal plant's (m, l, b, fc, offset) for comparison."""
     if spec.system != "pendulum":
-        raise UserError(f"sysid fits the pendulum so far; {spec.system} is not supported yet")
+        raise UserError(f"sysid fits the pendulum so far; --system {spec.system!r} is not "
+                        "supported yet")
     nominal = nominal_params(spec)
     g, vc = nominal["g"], float(init_model(spec.system, spec.preset)[0].coulomb_vc)
     dts = [log.dt for log in logs]

@@ -4,6 +4,12 @@
 Configuration precedence: per-plant defaults < ``--config`` file < flags.
 Every ``GRPOConfig`` field is a flag (``num_starts`` -> ``--num-starts``).
 
+Ctrl-C, SIGTERM and SIGHUP stop training after the iteration in progress: the
+final checkpoint, the metrics and the curve are written, the collector process
+ends, and the exit status is 128 + the signal's number. ``--resume`` continues
+from ``latest.pt``; metrics rows past its iteration (left by a crash) are
+dropped, so no iteration is logged twice.
+
 Data-parallel training (docs/distributed.md): ``--nproc N`` starts N local
 workers; under ``torchrun`` (``python -m grpo_ctrl train ...``) each process
 the launcher starts is one rank. Rank 0 evaluates and writes the run folder.
@@ -16,6 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import signal
 import sys
 import time
 from dataclasses import asdict, fields
@@ -33,12 +41,15 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import save_figure, write_toml
 from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import CHOICES, GRPOConfig, check_config, default_config
+from grpo_ctrl.option_types import number
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
-from grpo_ctrl.run_folder import BEST, CONFIG, CURVE, LATEST, METRICS, checkpoint_file
-from grpo_ctrl.plant import default_preset, plant_spec, presets, systems
+from grpo_ctrl.plant import plant_spec, resolve_plant
 from grpo_ctrl.plant_file import read_plant_file
 from grpo_ctrl.randomize import (Randomization, centred_on_fit, default_randomization,
                                  with_overrides)
+from grpo_ctrl.sim import BatchSim
+from grpo_ctrl.run_folder import (BEST, CONFIG, CURVE, LATEST, METRICS, checkpoint_file,
+                                  read_metrics)
 
 # what config.toml holds besides the GRPOConfig fields
 RUN_KEYS = ("system", "preset", "randomize")
@@ -53,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue the run in --out from its latest checkpoint for another "
                         "--time-budget seconds")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--nproc", type=int, default=None, metavar="N",
+    p.add_argument("--nproc", type=number(int, 1, 1024), default=None, metavar="N",
                    help="data-parallel worker processes on this machine, one per core "
                         "(default 1; overlap is off with more than one; under torchrun the "
                         "launcher sets the processes: leave this out)")
@@ -68,12 +79,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("GRPO hyperparameters (override the config file)")
     for f in fields(GRPOConfig):
         flag = "--" + f.name.replace("_", "-")
-        kind = {"int": int, "float": float, "str": str, "bool": _boolean}[
-            f.type if isinstance(f.type, str) else f.type.__name__]
+        m = f.metadata
+        kind = {"int": int, "float": float, "str": str, "bool": _boolean}[f.type]
         metavar = ("|".join(CHOICES[f.name]) if f.name in CHOICES else
                    "true|false" if kind is _boolean else kind.__name__.upper())
-        g.add_argument(flag, dest=f.name, type=kind, default=None, metavar=metavar,
-                       help=f.metadata["doc"].replace("%", "%%"))
+        parse = number(kind, m["low"], m["high"], m["above"]) if kind in (int, float) else kind
+        g.add_argument(flag, dest=f.name, type=parse, default=None, metavar=metavar,
+                       choices=m["choices"], help=m["doc"].replace("%", "%%"))
 
 
 def _boolean(text: str) -> bool:
@@ -116,23 +128,16 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
         file_cfg = read_toml(str(out / CONFIG))
     if args.config:
         file_cfg.update(read_toml(args.config))
-    system = args.system or file_cfg.get("system") or "pendulum"
-    if system not in systems():
-        raise UserError(f"unknown system {system!r}; choose one of {systems()}")
-    preset = args.preset or file_cfg.get("preset") or default_preset(system)
-    if preset not in presets(system):
-        raise UserError(f"unknown preset {preset!r} for {system}; choose one of {presets(system)}")
+    system, preset = resolve_plant(args.system or file_cfg.get("system") or "pendulum",
+                                   args.preset or file_cfg.get("preset"))
     cfg = default_config(system, preset)
     for f in fields(GRPOConfig):
         value = getattr(args, f.name, None)
         if value is None and f.name in file_cfg:
             value = file_cfg[f.name]
         if value is not None:
-            want = type(getattr(cfg, f.name))
-            if want is float and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
-            if not isinstance(value, want) or (isinstance(value, bool) and want is not bool):
-                raise UserError(f"{f.name} must be a {want.__name__}, got {value!r}")
+            if f.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)  # TOML's 30 for 30.0
             setattr(cfg, f.name, value)
     check_config(cfg)
     table = file_cfg.get("randomize", {})
@@ -144,19 +149,33 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
         randomize = centred_on_fit(randomize, fitted.params, fitted.std, fitted.delay,
                                    fitted.offset, fitted.std.get("offset", 0.0))
     randomize = with_overrides(randomize, getattr(args, "randomize", None) or [])
+    try:  # names and bounds only the plant knows (its parameters, the longest delay)
+        BatchSim(system, 1, preset=preset, randomize=randomize)
+    except ValueError as e:
+        raise UserError(f"randomize: {e}") from None
     if out is None:
         out = Path("runs") / f"{system}-{preset}-{datetime.now():%Y%m%d-%H%M%S}"
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {str(out)!r} is a file, not a run folder; choose another --out")
     if not args.resume and out.exists() and any(out.iterdir()):
         raise UserError(f"run folder {str(out)!r} already exists and is not empty; choose "
                         "another --out, or add --resume to continue it")
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"cannot create the run folder {str(out)!r}: {str(existing)!r} is not a "
+                        "writable folder; choose another --out")
     return system, preset, cfg, out, randomize
 
 
 class RunFolder:
-    """The files of one run: config, metrics, checkpoints, curve."""
+    """The files of one run: config, metrics, checkpoints, curve.
 
-    def __init__(self, out: Path, system: str, preset: str, cfg: GRPOConfig, resume: bool,
-                 randomize: Randomization):
+    ``resume_at``: the iteration of the checkpoint a resumed run continues
+    from; metrics rows after it (written before a crash, or cut short) are
+    dropped, so that no iteration appears twice."""
+
+    def __init__(self, out: Path, system: str, preset: str, cfg: GRPOConfig,
+                 randomize: Randomization, resume_at: int | None = None):
         self.out = out
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -165,7 +184,11 @@ class RunFolder:
                             "another --out") from None
         write_toml(out / CONFIG, {"system": system, "preset": preset, **asdict(cfg),
                                   "randomize": randomize.to_table()})
-        self.metrics = open(out / METRICS, "a" if resume else "w")
+        path = out / METRICS
+        if resume_at is not None:
+            kept = [row for row in read_metrics(path) if row.get("iteration", 0) <= resume_at]
+            atomic_write(path, "".join(json.dumps(row) + "\n" for row in kept))
+        self.metrics = open(path, "a" if resume_at is not None else "w")
 
     def log(self, row: dict) -> None:
         self.metrics.write(json.dumps(row) + "\n")
@@ -186,7 +209,7 @@ def plot_curve(metrics_path: Path, png: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = [json.loads(line) for line in open(metrics_path) if line.strip()]
+    rows = read_metrics(metrics_path)
     if not rows:
         return
     t = [r["wall_time"] for r in rows]
@@ -215,8 +238,9 @@ def plot_curve(metrics_path: Path, png: Path) -> None:
 
 def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: bool = False,
           progress: bool = True, on_iteration=None, ranks: Ranks | None = None,
-          randomize: Randomization | None = None) -> dict:
-    """Train until the time budget or iteration limit; returns a summary.
+          randomize: Randomization | None = None, stop=None) -> dict:
+    """Train until the time budget or iteration limit, or until ``stop()``
+    (checked between iterations) is true; returns a summary.
     ``on_iteration(trainer, row)`` is called after every iteration (the
     benchmark snapshots the policy there); its time is not training time.
     In data-parallel training every rank calls this; rank 0's clock decides
@@ -227,13 +251,14 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
     if randomize is None:
         randomize = default_randomization(system, preset)
     trainer = Trainer(cfg, system, preset, ranks, randomize)
-    folder = RunFolder(out, system, preset, cfg, resume, randomize) \
-        if out is not None and ranks.is_main else None
     wall, best, evals_done = 0.0, -math.inf, 0
     if resume:
         ck = read_checkpoint(out / checkpoint_file(LATEST))
         trainer.load_state(GaussianPolicy.from_checkpoint(ck), ck["trainer"])
         wall, best = float(ck.get("wall_time", 0.0)), float(ck.get("best_return", -math.inf))
+    folder = (RunFolder(out, system, preset, cfg, randomize,
+                        trainer.iteration if resume else None)
+              if out is not None and ranks.is_main else None)
     start_wall, next_eval = wall, wall
     budget = cfg.time_budget if cfg.time_budget > 0 else math.inf
     bar = tqdm(total=None if math.isinf(budget) else round(budget, 1), unit="s",
@@ -243,8 +268,9 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
     try:
         while True:
             go = wall - start_wall < budget and (cfg.iterations == 0 or
-                                                 trainer.iteration < cfg.iterations)
-            wall, go = ranks.agree([wall, go])  # rank 0's clock, on every rank
+                                                 trainer.iteration < cfg.iterations) and not (
+                stop is not None and stop())
+            wall, go = ranks.agree([wall, go])  # rank 0's clock and signals, on every rank
             if not go:
                 break
             t0 = time.perf_counter()
@@ -314,22 +340,28 @@ def run(args) -> int:
                             "cores: drop --overlap (one rank per core is faster)")
         cfg.overlap = False
         Ranks(0, world).local_config(cfg)  # each rank's share is whole and valid
-    work = (system, preset, cfg, out, args.resume, not args.quiet, randomize)
-    if launched is not None:
-        distributed.run_from_env(_train_and_report, work)
-    elif world > 1:
-        try:
-            distributed.launch(world, _train_and_report, work)
-        except distributed.WorkerFailed as e:
-            print(f"grpo-ctrl train: error: {e}", file=sys.stderr)
-            return 1
-    else:
-        _train_and_report(*work)
-    return 0
+    with StopSignals() as signals:  # before the fork: every rank inherits it
+        work = (system, preset, cfg, out, args.resume, not args.quiet, randomize,
+                lambda: signals.received is not None)
+        if launched is not None:
+            distributed.run_from_env(_train_and_report, work)
+        elif world > 1:
+            try:
+                distributed.launch(world, _train_and_report, work)
+            except distributed.WorkerFailed as e:
+                print(f"grpo-ctrl train: error: {e}", file=sys.stderr)
+                return 1
+        else:
+            _train_and_report(*work)
+    if signals.received is None:
+        return 0
+    print(f"grpo-ctrl train: stopped by {signal.Signals(signals.received).name}; checkpoint and "
+          f"metrics saved; continue with `grpo-ctrl train --resume --out {out}`", file=sys.stderr)
+    return 128 + signals.received
 
 
 def _train_and_report(system: str, preset: str, cfg: GRPOConfig, out: Path, resume: bool,
-                      progress: bool, randomize: Randomization) -> None:
+                      progress: bool, randomize: Randomization, stop) -> None:
     """Train as this process's rank; rank 0 says what it does."""
     ranks = Ranks.current()
     if ranks.is_main:
@@ -341,8 +373,32 @@ def _train_and_report(system: str, preset: str, cfg: GRPOConfig, out: Path, resu
               + ("; plants randomised (docs/robustness.md; --randomize off: nominal)"
                  if randomize.active else ""), flush=True)
     summary = train(system, preset, cfg, out, resume=resume, progress=progress, ranks=ranks,
-                    randomize=randomize)
+                    randomize=randomize, stop=stop)
     if ranks.is_main:
         print(f"done: {summary['iterations']} iterations in {summary['wall_time']:.1f} s; best "
               f"evaluation return {summary['best_return']:.1f} ({cfg.eval_episodes} episodes); "
               f"run folder {out} (evaluate with `grpo-ctrl eval {out}`)")
+
+
+class StopSignals:
+    """Ctrl-C, SIGTERM (timeout, systemd, docker) and SIGHUP (terminal closed)
+    ask training to stop after the iteration in progress, so that the last
+    checkpoint, the metrics and the collector process end consistently; a
+    second signal interrupts at once."""
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.received: int | None = None
+
+    def __enter__(self) -> "StopSignals":
+        self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)

@@ -313,6 +313,20 @@ def test_unknown_system_preset_and_fields_name_the_choices():
         BatchSim("pendulum", 0)
     with pytest.raises(ValueError, match="unknown parameter"):
         BatchSim("pendulum").set_param("mass", 1.0)
+    with pytest.raises(ValueError, match=r"preset's name, one of \['gym', 'rig'\], got 5"):
+        BatchSim("pendulum", preset=5)
+
+
+def test_energy_refuses_a_state_of_the_wrong_size():
+    """The C side reads nx numbers from x: a shorter x was read past its end."""
+    sim = BatchSim("cartpole", 1)
+    with pytest.raises(ValueError, match=r"shape \(4,\), got \(2,\)"):
+        sim.energy(np.zeros(2))
+    with pytest.raises(ValueError, match="shape"):
+        sim.energy(np.zeros((1, 4)))
+    x = np.array([0.1, 2.0, -0.3, 0.5])
+    sim.set_state({"x": x})
+    assert sim.energy(x) == sim.energy()
 
 
 def noisy_sim():
@@ -361,6 +375,7 @@ BAD_STATES = {
     "NaN": ({"x": np.full((4, 2), np.nan)}, "finite"),
     "negative t": ({"t": np.array([0, -1, 0, 0])}, "non-negative"),
     "float key": ({"rng_key": np.zeros(4)}, "integers"),
+    "t beyond int32": ({"t": np.array([0, 2**40, 0, 0])}, "fit int32"),  # was wrapped to 0
     # a valid part must not be written when another part is bad
     "valid x, bad param": ({"x": np.ones((4, 2)), "param": np.full((4, 5), np.inf)}, "finite"),
 }
@@ -397,6 +412,8 @@ def test_branch_and_copy_errors():
         sim.branch([0], 0)
     with pytest.raises(ValueError, match=r"\[0, 4\)"):
         sim.branch([4], 2)
+    with pytest.raises(ValueError, match="indices is empty"):
+        sim.branch(np.array([], np.int64), 2)
     with pytest.raises(ValueError, match="needs 6"):
         sim.branch([0, 1], 3, out=BatchSim("pendulum", 5, preset="rig"))
     with pytest.raises(ValueError, match="cannot copy"):

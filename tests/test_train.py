@@ -140,8 +140,15 @@ def test_config_file_then_flags_take_precedence(tmp_path):
     (["train", "--system", "trolley"], "unknown system"),
     (["train", "--preset", "moon"], "unknown preset"),
     (["train", "--continuation", "oracle"], "continuation"),
-    (["train", "--group-size", "1"], "group_size"),
+    (["train", "--group-size", "1"], "--group-size"),
     (["train", "--loss-steps", "100", "--horizon", "50"], "loss_steps"),
+    (["train", "--out", __file__], "is a file, not a run folder"),
+    # each within its own range, together beyond this machine's memory
+    (["train", "--num-starts", "1000000", "--horizon", "10000"], "GiB"),
+    (["train", "--hidden", "60000", "--layers", "60"], "GiB"),
+    (["train", "--preset", "rig", "--randomize", "delay=0,99"], "delay"),
+    (["train", "--randomize", "scale.mass=0.9,1.1"], "not parameters"),
+    (["train", "--randomize", "pushes=1"], "unknown randomize key"),
     (["eval", "/nonexistent/run"], "neither a run folder"),
     (["eval"], "name a RUN"),
 ])
@@ -159,10 +166,22 @@ def test_bad_config_file_and_corrupt_checkpoint_are_clean_errors(tmp_path, capsy
     conf.write_text("lr = 'fast'\n")
     assert cli.main(["train", "--config", str(conf), "--out", str(tmp_path / "r")]) == 2
     assert "lr must be a float" in capsys.readouterr().err
+    conf.write_text("time_budget = nan\n")  # was: trained forever, recorded as -inf
+    assert cli.main(["train", "--config", str(conf), "--out", str(tmp_path / "r")]) == 2
+    assert "time_budget must be a finite number" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
     bad = tmp_path / "broken.pt"
     bad.write_bytes(b"not a checkpoint at all")
-    with pytest.raises(UserError, match="not a readable grpo-ctrl checkpoint"):
+    with pytest.raises(UserError, match="not a grpo-ctrl checkpoint"):
         load_policy_controller(bad)
+    # a pickle that runs code when loaded: named for what it is, not loaded, and torch's
+    # advice to retry with weights_only=False is not passed on
+    marker = tmp_path / "code-ran"
+    torch.save({"format": _RunsCode(str(marker))}, tmp_path / "evil.pt")
+    assert cli.main(["eval", str(tmp_path / "evil.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "is not a grpo-ctrl checkpoint" in err and "weights_only" not in err, err
+    assert err.count("\n") == 1 and not marker.exists()
     empty = tmp_path / "emptyrun"
     empty.mkdir()
     with pytest.raises(UserError, match="has no checkpoint"):
@@ -170,6 +189,14 @@ def test_bad_config_file_and_corrupt_checkpoint_are_clean_errors(tmp_path, capsy
     torch.save({"something": 1}, tmp_path / "other.pt")
     with pytest.raises(UserError, match="not a grpo-ctrl policy checkpoint"):
         load_policy_controller(tmp_path / "other.pt")
+
+
+class _RunsCode:
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
 
 
 def test_existing_run_folder_is_not_overwritten(run_folder, capsys):
@@ -187,8 +214,10 @@ def test_eval_prints_the_scores(run_folder, capsys):
 @pytest.mark.parametrize("overrides", [
     {"reward_form": "reward_to_go"}, {"adv_scale": "batch"}, {"adv_scale": "none"},
     {"loss_agg": "grpo"}, {"loss_agg": "dr_grpo"}, {"beta": 0.1, "ref_refresh": 2},
-    {"trust_region": "adaptive"}, {"continuation": "greedy"}, {"continuation": "softmax"},
-    {"continuation": "policy"}, {"epochs": 2, "minibatches": 4}, {"action_repeat": 3},
+    {"trust_region": "adaptive"}, {"trust_region": "sapo"}, {"trust_region": "cispo"},
+    {"trust_region": "dcpo"}, {"trust_region": "kl_mask", "epochs": 2},
+    {"continuation": "greedy"}, {"continuation": "softmax"}, {"continuation": "policy"},
+    {"epochs": 2, "minibatches": 4}, {"action_repeat": 3},
     {"activation": "elu", "layers": 1},
 ])
 def test_every_variant_trains(overrides):
@@ -265,3 +294,98 @@ def test_every_hyperparameter_documents_itself():
         assert f.metadata.get("doc"), f.name
     assert set(CHOICES) == {"continuation", "reward_form", "adv_scale", "loss_agg",
                             "trust_region", "activation"}
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("sig, processes", [
+    (signal.SIGTERM, ["--overlap", "true"]), (signal.SIGHUP, ["--overlap", "true"]),
+    (signal.SIGTERM, ["--overlap", "false", "--nproc", "2"])], ids=["TERM", "HUP", "TERM-2-ranks"])
+def test_a_signal_stops_training_cleanly_and_resume_repeats_no_iteration(sig, processes, tmp_path,
+                                                                         capsys):
+    """SIGTERM (timeout, systemd) and SIGHUP (terminal closed), sent to the
+    whole process group as `timeout` and a terminal do, end `train` like
+    Ctrl-C: the collector (or the other ranks) stop, the checkpoint matches the metrics, and a
+    resume after a crash-cut metrics line continues without repeating one."""
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "grpo_ctrl.cli", "train", "--out", str(out), "--quiet",
+            *processes, "--num-starts", "8", "--group-size", "4", "--horizon", "16",
+            "--loss-steps", "8", "--eval-every", "0.2", "--eval-episodes", "8",
+            "--time-budget", "600"]
+    train = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    from grpo_ctrl.run_folder import read_metrics
+    deadline = time.monotonic() + 120
+    while len(read_metrics(out / "metrics.jsonl")) < 5:
+        assert train.poll() is None and time.monotonic() < deadline, train.communicate()
+        time.sleep(0.1)
+    children = [int(p) for p in os.listdir("/proc")
+                if p.isdigit() and _parent_of(int(p)) == train.pid]
+    assert children, "no collector or worker process"
+    os.killpg(train.pid, sig)
+    _, err = train.communicate(timeout=120)
+    assert train.returncode == 128 + sig, err
+    assert err.strip().count("\n") == 0 and f"stopped by {signal.Signals(sig).name}" in err, err
+    deadline = time.monotonic() + 10
+    while _group_alive(train.pid):  # the collector, had it been left behind
+        assert time.monotonic() < deadline, f"processes left in the group: {children}"
+        time.sleep(0.05)
+    for name in ("config.toml", "metrics.jsonl", "curve.png", "latest.pt", "best.pt"):
+        assert (out / name).is_file(), name
+    rows = read_metrics(out / "metrics.jsonl")
+    stopped_at = torch.load(out / "latest.pt", weights_only=True)["trainer"]["iteration"]
+    assert [r["iteration"] for r in rows] == list(range(1, stopped_at + 1))
+
+    # what a SIGKILL mid-write leaves: a row past the checkpoint, then a cut-short line
+    with open(out / "metrics.jsonl", "a") as fh:
+        fh.write(json.dumps({**rows[-1], "iteration": stopped_at + 1}) + "\n")
+        fh.write('{"iteration": ' + str(stopped_at + 2) + ', "wall_ti')
+    (out / "curve.png").unlink()
+    assert cli.main(["train", "--out", str(out), "--resume", "--iterations",
+                     str(stopped_at + 3), "--quiet"]) == 0
+    iterations = [r["iteration"] for r in read_metrics(out / "metrics.jsonl")]
+    assert iterations == list(range(1, stopped_at + 4))
+    assert (out / "curve.png").is_file()
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+def test_randomize_table_then_flags_and_the_hardware_presets_draw_by_default(tmp_path):
+    from grpo_ctrl.train import add_arguments, resolve
+    from grpo_ctrl.randomize import default_randomization
+    import argparse
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    *_, r = resolve(p.parse_args(["--preset", "rig", "--out", str(tmp_path / "a")]))
+    assert r == default_randomization("pendulum", "rig") and r.active
+    *_, r = resolve(p.parse_args(["--preset", "gym", "--out", str(tmp_path / "b")]))
+    assert not r.active
+    conf = tmp_path / "c.toml"
+    conf.write_text('preset = "rig"\n[randomize]\nparams = 0.1\ndelay = [1, 2]\n')
+    *_, r = resolve(p.parse_args(["--config", str(conf), "--randomize", "delay=2,3",
+                                  "--out", str(tmp_path / "c")]))
+    assert (r.params, r.delay) == (0.1, (2, 3))
+    assert r.motor_k == default_randomization("pendulum", "rig").motor_k  # the rest: defaults
+
+
+def test_run_folder_records_the_randomisation(tmp_path):
+    import tomllib
+    out = tmp_path / "run"
+    assert cli.main(["train", "--preset", "rig", "--out", str(out), "--iterations", "1",
+                     "--time-budget", "0", "--num-starts", "4", "--group-size", "2",
+                     "--eval-episodes", "2", "--overlap", "false", "--randomize", "delay=1,2",
+                     "--quiet"]) == 0
+    table = tomllib.loads((out / "config.toml").read_text())["randomize"]
+    assert table["delay"] == [1, 2] and table["params"] == 0.35
+    from grpo_ctrl.policy import read_checkpoint
+    assert read_checkpoint(out / "best.pt")["randomize"] == table

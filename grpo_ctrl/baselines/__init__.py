@@ -8,18 +8,14 @@
 from __future__ import annotations
 
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.plant import presets, systems
+from grpo_ctrl.plant import resolve_plant
 
 BASELINES = ("lqr", "swingup-lqr")  # the names a user may give instead of a run
 
 
 def make_controller(name: str, system: str, preset: str | None = None):
     """The baseline ``name`` ("lqr" or "swingup-lqr") for a plant preset."""
-    if system not in systems():
-        raise UserError(f"unknown system {system!r}; choose one of {', '.join(systems())}")
-    if preset is not None and preset not in presets(system):
-        raise UserError(f"unknown preset {preset!r} for {system}; choose one of "
-                        f"{', '.join(presets(system))}")
+    resolve_plant(system, preset)
     if name == "lqr":
         from grpo_ctrl.baselines.lqr import make_lqr
         return make_lqr(system, preset)

@@ -8,7 +8,6 @@ report and writes it to ``docs/baselines.md``.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -17,7 +16,8 @@ from grpo_ctrl.baselines import BASELINES, make_controller
 from grpo_ctrl.closed_loop import (BALANCE_TILT, STILL_TOL, UPRIGHT_TOL, evaluate,
                                    evaluate_on_gymnasium_pendulum, near_upright_start)
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.files import atomic_write
+from grpo_ctrl.files import atomic_write, check_writable
+from grpo_ctrl.option_types import MAX_EPISODES, positive_int, seed
 from grpo_ctrl.plant import presets, systems
 
 INTRO = f"""# Classic control baselines
@@ -60,9 +60,9 @@ swings enter the region too fast, leave it and come back.)
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--episodes", type=int, default=1000,
+    parser.add_argument("--episodes", type=positive_int(MAX_EPISODES), default=1000,
                         help="episodes per controller and plant (default: 1000)")
-    parser.add_argument("--seed", type=int, default=0, help="first seed (default: 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="first seed (default: 0)")
     parser.add_argument("--output", default="docs/baselines.md",
                         help="where to write the markdown report (default: docs/baselines.md)")
     parser.add_argument("--no-gymnasium", action="store_true",
@@ -134,12 +134,7 @@ def build_report(episodes: int, seed: int, gymnasium: bool) -> str:
 
 
 def run(args) -> int:
-    if args.episodes < 1:
-        raise UserError(f"--episodes must be a positive number, got {args.episodes}")
-    out = Path(args.output)
-    if not out.parent.is_dir():
-        raise UserError(f"cannot write {out}: folder {out.parent} does not exist; create it "
-                        "or pass another --output")
+    out = check_writable(args.output)
     gymnasium = not args.no_gymnasium
     if gymnasium:
         try:

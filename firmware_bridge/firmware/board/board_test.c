@@ -1,6 +1,7 @@
 /*
  * Host test of the reference board back-end against mock_arduino.c: the
- * quadrature decoder, the handshake, arming, the PWM and direction pins,
+ * quadrature decoder (from the port register), the interrupt state around
+ * the count's read, the handshake, arming, the PWM and direction pins,
  * clamping and the watchdog. tests/test_hil.py builds and runs it.
  * Exit status 0 when every check passes; each failure is printed.
  */
@@ -92,6 +93,8 @@ int main(void)
   proto_frame f;
   proto_decoder_init(&dec, PROTO_FROM_DEVICE);
   mock.now_us = 1000;
+  mock.irq_enabled = 1;
+  mock.tx_room = 63;  /* the Uno core's transmit buffer, less one */
   board_setup();
   CHECK(mock.mode[PIN_PWM] == OUTPUT && mock.isr[PIN_A] && mock.isr[PIN_B]);
 
@@ -106,6 +109,17 @@ int main(void)
   run_for(5000);
   received(MSG_STATE, &f);
   CHECK(last_state.pos[0] == 1084);
+
+  /* the count is read with interrupts off, and the previous state restored:
+   * enabled stays enabled, disabled (a caller in a critical section) stays
+   * disabled */
+  const unsigned disables = mock.irq_disables;
+  run_for(5000);
+  CHECK(mock.irq_disables > disables && mock.irq_enabled == 1);
+  mock.irq_enabled = 0;
+  run_for(5000);
+  CHECK(mock.irq_enabled == 0);
+  mock.irq_enabled = 1;
 
   /* the handshake */
   const uint8_t version = PROTO_VERSION;
@@ -150,6 +164,8 @@ int main(void)
   run_for(100);
   CHECK(received(MSG_ACK, &f) && proto_unpack_ack(f.payload, f.len, &ack) == 0 &&
         ack.result == RESULT_OK && ack.mode == MODE_DISARMED);
+  /* output went out in pieces the serial buffer had room for: never a blocking write */
+  CHECK(mock.tx_max_write > 0 && mock.tx_max_write <= 63);
   printf("board checks done: %d failures, %zu bytes sent\n", failures, mock.tx_len);
   return failures ? 1 : 0;
 }

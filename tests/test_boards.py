@@ -1,0 +1,285 @@
+"""Real boards: the firmware built with Debian's cross toolchains at -Werror,
+the controller on an emulated MCU (simavr, QEMU), and processor-in-the-loop:
+the Cortex-M4F firmware in QEMU balancing the pendulum under `grpo-ctrl run`.
+
+Each test skips, naming the apt packages, where its toolchain or emulator is
+missing (.ci/run installs them)."""
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from grpo_ctrl.cli import main
+from grpo_ctrl.errors import UserError
+from grpo_ctrl.export.c_codegen import generate_c
+from grpo_ctrl.export.verify import operating_observations
+from grpo_ctrl.firmware_bridge import boards
+from grpo_ctrl.firmware_bridge.host import _realtime, run_loop
+from grpo_ctrl.firmware_bridge.protocol import FLAG_ON_DEVICE
+from grpo_ctrl.firmware_bridge.telemetry import read_telemetry
+
+RIG = Path(__file__).parent / "data" / "pendulum-rig-grpo.onnx"
+UNO, MPS2 = boards.BOARDS["uno"], boards.BOARDS["mps2-an386"]
+
+
+def need(missing: str | None) -> None:
+    if missing:
+        pytest.skip(missing)
+
+
+def widened(h: int, path: Path) -> Path:
+    """The rig policy's graph and metadata with 3-h-h-1 random weights."""
+    model = onnx.load(RIG)
+    rng = np.random.default_rng(h)
+    shapes = {"net.0.weight": (h, 3), "net.0.bias": (h,), "net.2.weight": (h, h),
+              "net.2.bias": (h,), "net.4.weight": (1, h)}
+    for t in model.graph.initializer:
+        if t.name in shapes:
+            t.CopyFrom(numpy_helper.from_array(
+                (rng.standard_normal(shapes[t.name]) * 0.1).astype(np.float32), t.name))
+    onnx.save(model, path)
+    return path
+
+
+def test_largest_mlp_is_the_widest_whose_weights_fit():
+    def weights(h):  # 3-h-h-1 with input normalisation (mean, 1/std), 4 B a float;
+        return 4 * (3 * h + h + h * h + h + h + 2 * 3)  # the output bias is a literal
+    assert weights(64) == 17944 == generate_c(onnx.load(RIG)).size.const_bytes
+    assert boards.largest_mlp(3, weights(64)) == 64
+    assert boards.largest_mlp(3, weights(65) - 1) == 64
+    assert boards.largest_mlp(3, 10) == 0
+
+
+def test_missing_toolchain_is_named_with_its_apt_packages(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert "apt-get install gcc-avr avr-libc arduino-core-avr" in UNO.missing()
+    assert "apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi" in MPS2.missing()
+    assert "apt-get install simavr" in boards.emulator_missing(UNO)
+    # the project is still written, and the command says it was not built
+    assert main(["firmware", "--board", "uno", "--out", str(tmp_path / "sk")]) == 0
+    assert "not built" in capsys.readouterr().out and (tmp_path / "sk" / "sk.ino").is_file()
+
+
+def test_a_controller_for_another_plant_is_refused_before_anything_is_written(tmp_path, capsys):
+    model = onnx.load(RIG)
+    for prop in model.metadata_props:
+        if prop.key == "grpo_ctrl.system":
+            prop.value = "cartpole"
+    onnx.save(model, tmp_path / "cartpole.onnx")
+    out = tmp_path / "sk"
+    assert main(["firmware", "--board", "uno", "--out", str(out), "--policy",
+                 str(tmp_path / "cartpole.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert "cartpole" in err and "pendulum" in err and not out.exists()
+
+
+def test_uno_sketch_builds_with_the_arduino_core_and_a_controller_linked_in(tmp_path, capsys):
+    """The sketch folder as the command writes it builds with Debian's
+    arduino-core-avr and -Werror on its own files, with a 3-48-48-1
+    controller linked in as the on-device controller, its weights in flash."""
+    need(UNO.missing())
+    out = tmp_path / "pendulum_board"
+    policy = widened(48, tmp_path / "p48.onnx")
+    weights = generate_c(onnx.load(policy)).size.const_bytes
+    assert main(["firmware", "--board", "uno", "--out", str(out), "--policy", str(policy)]) == 0
+    printed = capsys.readouterr().out
+    assert "with the controller linked in" in printed
+    names = {p.name for p in out.iterdir()}
+    assert {"pendulum_board.ino", "board_pendulum.c", "arduino_api.h", "fw_core.c", "proto.c",
+            "policy.c", "policy.h"} <= names
+    # the folder as written (what the Arduino IDE compiles), built again here
+    size = boards.size_of(UNO, boards.build_image(UNO, out, tmp_path / "build"))
+    assert size.flash <= UNO.flash
+    # weights in flash: linking the controller in adds no static RAM
+    (out / "policy.h").unlink()
+    (out / "policy.c").unlink()
+    bare = boards.size_of(UNO, boards.build_image(UNO, out, tmp_path / "bare"))
+    assert size.ram == bare.ram and size.flash - bare.flash > weights
+    assert size.ram + 512 + UNO.stack_reserve <= UNO.ram
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 11 asks for it; the firmware core's protocol v2 (transmit ring, 96-byte INFO, "
+    "on-device hook with sinf/cosf) grew the Uno sketch from 12650 to 16092 B, and with the "
+    "policy linked in it takes 35248 of 32256 B (3-58-58-1 is the widest that fits)"))
+def test_the_default_3_64_64_1_policy_fits_the_uno():
+    need(UNO.missing())
+    fit = boards.measure(UNO, generate_c(onnx.load(RIG)))
+    assert fit.total.flash <= UNO.flash, (fit.firmware.flash, fit.total.flash)
+
+
+def test_a_controller_too_big_for_the_uno_is_refused_with_the_largest_that_fits(tmp_path, capsys):
+    need(UNO.missing())
+    big = widened(80, tmp_path / "big.onnx")
+    out = tmp_path / "sk"
+    assert main(["firmware", "--board", "uno", "--out", str(out), "--policy", str(big)]) == 2
+    msg = capsys.readouterr().err
+    assert msg.count("\n") == 1 and "Traceback" not in msg
+    assert "does not fit the uno" in msg and "of 32256 B" in msg
+    h = int(re.search(r"H = (\d+)", msg).group(1))
+    assert 40 <= h < 80 and not out.exists()
+    # the network it names does fit (a real build says so), one wider does not
+    fits = boards.measure(UNO, generate_c(onnx.load(widened(h, tmp_path / "h.onnx"))))
+    boards.check_fit(UNO, fits, 3)
+    wider = boards.measure(UNO, generate_c(onnx.load(widened(h + 2, tmp_path / "h2.onnx"))))
+    with pytest.raises(UserError):
+        boards.check_fit(UNO, wider, 3)
+
+
+def test_mps2_project_builds_with_its_makefile(tmp_path, capsys):
+    need(MPS2.missing())
+    out = tmp_path / "pil"
+    assert main(["firmware", "--board", "mps2-an386", "--out", str(out)]) == 0
+    assert "firmware: flash" in capsys.readouterr().out
+    r = subprocess.run(["make", "-C", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (out / "firmware.elf").is_file()
+
+
+@pytest.mark.parametrize("board", [UNO, MPS2], ids=lambda b: b.name)
+def test_default_policy_on_the_emulated_mcu_matches_onnxruntime(board):
+    """The generated C of the rig policy, built for the chip (weights in
+    flash on AVR, 16-bit int, avr-libc's float maths) and run on simavr /
+    QEMU, against onnxruntime on the host."""
+    need(boards.emulator_missing(board))
+    model = onnx.load(RIG)
+    obs = operating_observations("pendulum", "rig", 48, seed=3)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = session.run(None, {session.get_inputs()[0].name: obs})[0].reshape(-1)
+    r = boards.target_check(board, generate_c(model), obs)
+    assert r["out"].shape == want.shape
+    assert np.max(np.abs(r["out"] - want)) <= 1e-5
+    assert np.ptp(want) > 0.1  # the observations exercise the network, not one saturated value
+    assert r["mode"] == 1      # the core was armed while its tick was timed
+    assert 0 < r["tick"] < r["policy"]
+
+
+# 200 ms rather than the firmware's 50: at a load of 20 on this 2-core machine
+# QEMU's and the host's threads, real-time or not, now and then wait longer
+PIL_WATCHDOG = "-DPIL_WATCHDOG_US=200000u"
+
+
+def fly_on_device(port: str, duration: float) -> dict:
+    """Select the linked controller (PARAM control_source), arm, and keep the
+    watchdog fed for ``duration`` seconds while the chip closes the loop;
+    returns what the STATE stream showed. Disarms however it ends."""
+    from grpo_ctrl.firmware_bridge import protocol as P
+    from grpo_ctrl.firmware_bridge.link import Link, await_frame, handshake
+
+    seen = {"states": 0, "on_device": 0, "max_abs_angle": 0.0, "modes": set(), "t_us": []}
+    with Link(port) as link, _realtime():  # as the host loop runs (best effort)
+        info, _ = handshake(link)
+        seen["info"] = info
+        link.send(P.ParamSet(P.PARAMS["control_source"], float(P.CONTROL_ON_DEVICE)))
+        seen["param"] = await_frame(link, lambda f, m: isinstance(m, P.Param), 1.0)[1]
+        link.send(P.Arm())
+        seen["ack"] = await_frame(link, lambda f, m: isinstance(m, P.Ack), 1.0)[1]
+        last, next_keep_alive = None, 0.0
+        try:
+            end = time.monotonic() + duration
+            while time.monotonic() < end:
+                for f in link.poll(0.005):
+                    m = P.decode_message(f)
+                    if isinstance(m, P.State):
+                        last = (f.seq, m.t_us)
+                        seen["states"] += 1
+                        seen["on_device"] += bool(m.flags & P.FLAG_ON_DEVICE)
+                        seen["modes"].add(m.mode)
+                        seen.setdefault("faults", set()).add(m.fault)
+                        seen["t_us"].append(m.t_us)
+                        angle = m.pos[0] / info.counts_per_unit[0] * 2 * np.pi
+                        angle = (angle + np.pi) % (2 * np.pi) - np.pi
+                        seen["max_abs_angle"] = max(seen["max_abs_angle"], abs(angle))
+                if last is not None and time.monotonic() >= next_keep_alive:
+                    link.send(P.Command(0.0, *last))  # feeds the watchdog; the value is moot
+                    next_keep_alive = time.monotonic() + 0.01
+        finally:
+            link.send(P.Disarm())
+    return seen
+
+
+@contextlib.contextmanager
+def pil(tmp_path: Path, *defines: str, policy: bool = False):
+    """The PIL image (with the rig policy linked in as the on-device
+    controller when ``policy``) built and running in QEMU, its UART0 on a
+    pseudo-terminal: yields /dev/pts/N. QEMU runs at a real-time priority
+    where the system grants one (as the HIL and the host loop ask for
+    theirs): on a busy machine its threads otherwise wait tens of ms for a CPU."""
+    need(boards.emulator_missing(MPS2))
+    project = boards.stage(MPS2, tmp_path / "pil", generate_c(onnx.load(RIG)) if policy else None)
+    elf = boards.build_image(MPS2, project, tmp_path / "build", defines=(PIL_WATCHDOG, *defines))
+    rt = ["chrt", "-f", "5"] if subprocess.run(["chrt", "-f", "5", "true"],
+                                               capture_output=True).returncode == 0 else []
+    proc = subprocess.Popen([*rt, "qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor",
+                             "none", "-serial", "pty", "-kernel", str(elf)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"(/dev/pts/\d+)", line)
+        if not m:
+            pytest.fail(f"QEMU did not offer a pty: {line}")
+        time.sleep(0.5)  # reset and UART set-up
+        yield m.group(1)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def assert_balanced_at(s: dict, rate_hz: float) -> None:
+    """A run_loop summary of 10 s upright at the device rate ``rate_hz``."""
+    assert s["ended"] == "completed" and s["disarm_acknowledged"], s
+    assert s["device_rate_hz"] == pytest.approx(rate_hz, rel=0.05)
+    assert s["max_abs_angle"] < 0.2
+
+
+def test_pil_cortex_m4_in_qemu_balances_the_rig_for_10_s_host_computed(tmp_path):
+    """Processor in the loop: the cross-compiled firmware core and the
+    simulated pendulum on the emulated Cortex-M4F, the host loop on its
+    UART; held at 0.1 rad until armed, it must stay up for 10 s."""
+    with pil(tmp_path) as port:
+        s = run_loop(port, RIG, 10.0, tmp_path / "pil.csv", print_fn=lambda *_: None)
+    assert_balanced_at(s, 200)
+
+
+def test_pil_grpo_ctrl_run_on_device_balances_the_rig_for_10_s(tmp_path):
+    """The exported policy linked into the Cortex-M4F firmware as the
+    on-device controller: `grpo-ctrl run --on-device` (run_loop) selects it,
+    arms, keeps the watchdog fed and logs, while the chip closes the loop at
+    the rig's 200 Hz."""
+    log = tmp_path / "on_device.csv"
+    with pil(tmp_path, policy=True) as port:
+        s = run_loop(port, None, 10.0, log, plot=False, print_fn=lambda *_: None,
+                     on_device=True)
+    assert_balanced_at(s, 200)
+    rows = [r for r in read_telemetry(log) if r["kind"] == "state"]
+    armed = np.array([int(r["mode"]) for r in rows]) == 1
+    flags = np.array([int(r["flags"]) for r in rows])
+    assert armed.sum() > 1900 and np.all(flags[armed] & FLAG_ON_DEVICE)
+
+
+def test_pil_on_device_control_at_1_khz_balances_the_rig_for_10_s(tmp_path):
+    """The same at 1 kHz. The host here sends a keep-alive every 10 ms:
+    run_loop sends one per STATE, 18 kB/s at 1 kHz, more than QEMU passes to
+    the one-byte UART on this machine (its link is lost in about 3 s)."""
+    with pil(tmp_path, "-DPIL_RATE_HZ=1000", policy=True) as port:
+        seen = fly_on_device(port, 10.0)
+    assert seen["info"].controller == 1 and seen["info"].period_us == 1000
+    assert seen["param"].result == 0 and seen["ack"].result == 0
+    summary = {k: v for k, v in seen.items() if k != "t_us"}
+    assert seen["modes"] == {1} and seen["max_abs_angle"] < 0.2, summary
+    assert seen["on_device"] == seen["states"]
+    # the device ticks at 1 kHz; the STATE stream through QEMU's one-byte UART
+    # may drop some (the core drops the oldest when the line is full)
+    t = np.array(seen["t_us"], np.int64)
+    span = (t[-1] - t[0]) / 1e6
+    assert span > 9.5 and np.median(np.diff(t)) == pytest.approx(1000, abs=50)
+    assert seen["states"] / span > 500
