@@ -38,7 +38,7 @@ except ModuleNotFoundError:  # Python 3.10: tomli is the same parser (pyproject 
 from grpo_ctrl import distributed
 from grpo_ctrl.distributed import Ranks
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.files import save_figure, write_toml
+from grpo_ctrl.files import atomic_write, save_figure, write_toml
 from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import CHOICES, GRPOConfig, check_config, default_config
 from grpo_ctrl.option_types import number
