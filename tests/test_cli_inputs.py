@@ -46,6 +46,7 @@ ACCEPTED = {
     ("train", "--overlap"): ({"zero"}, "0 is false"),
     ("train", "--w-du"): ({"zero"}, "0: no action-rate penalty"),
     ("eval", "--out"): (ANY, "any text names a folder"),
+    ("firmware", "--out"): (ANY, "any text names a project folder"),
 }
 for _command in ("train", "demo", "eval", "baselines", "hil"):
     ACCEPTED[(_command, "--seed")] = ({"zero"}, "seed 0")
@@ -97,6 +98,7 @@ def _base(command: str, folder) -> tuple[dict, list[str]]:
         "run": ({}, ["--port", str(folder / "no-such-port"), "--policy", onnx,
                      "--log", str(folder / "t.csv"), "--duration", "0.01"]),
         "bench": ({"name": "sim"}, []),
+        "firmware": ({}, ["--board", "uno", "--out", str(folder / "firmware")]),
     }.get(command, ({}, []))
 
 
