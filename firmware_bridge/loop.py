@@ -305,11 +305,15 @@ class ControlLoop:
         self.stopping = True
         try:
             self.link.send(P.Command(0.0, getattr(self, "last_state_seq", 0)))
+            # a device gone silent gets two tries, not three, so that the run ends
+            # within a second of the silence; STATUS is asked only of one that answers
             ack = self.request(P.Disarm(), lambda seq, m: isinstance(m, P.Ack)
-                               and m.acked_seq == seq and m.acked_type == P.Disarm.TYPE)
+                               and m.acked_seq == seq and m.acked_type == P.Disarm.TYPE,
+                               tries=2 if self.ended == "link lost" else 3)
             self.disarm_acked = ack is not None and ack.result == 0
-            self.r.status = self.request(P.Heartbeat(), lambda seq, m: isinstance(m, P.Status)
-                                         and type(m) is P.Status, tries=1)
+            if ack is not None:
+                self.r.status = self.request(P.Heartbeat(), lambda seq, m: isinstance(m, P.Status)
+                                             and type(m) is P.Status, tries=1)
         except LinkError:
             self.disarm_acked = False
 

@@ -261,9 +261,12 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
               if out is not None and ranks.is_main else None)
     start_wall, next_eval = wall, wall
     budget = cfg.time_budget if cfg.time_budget > 0 else math.inf
-    bar = tqdm(total=None if math.isinf(budget) else round(budget, 1), unit="s",
-               disable=not progress or not ranks.is_main,
-               bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}{postfix}]")
+    quiet = not progress or not ranks.is_main
+    if math.isinf(budget):  # no time budget: the bar counts iterations (of the limit, if any)
+        bar = tqdm(total=cfg.iterations or None, unit="it", disable=quiet)
+    else:
+        bar = tqdm(total=round(budget, 1), unit="s", disable=quiet,
+                   bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}{postfix}]")
     last_eval = None
     try:
         while True:
@@ -299,8 +302,7 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
                     folder.checkpoint(trainer, LATEST, extra)
             if last_eval is not None:
                 best = max(best, last_eval)
-            if not math.isinf(budget):
-                bar.update(min(dt, bar.total - bar.n))
+            bar.update(1 if math.isinf(budget) else min(dt, bar.total - bar.n))
             shown = last_eval if last_eval is not None else float("nan")
             bar.set_postfix_str(f"it {trainer.iteration} eval {shown:.1f} "
                                 f"best {best:.1f} KL {row['kl_old']:.4f} "
@@ -365,8 +367,10 @@ def _train_and_report(system: str, preset: str, cfg: GRPOConfig, out: Path, resu
     """Train as this process's rank; rank 0 says what it does."""
     ranks = Ranks.current()
     if ranks.is_main:
-        print(f"training {system}/{preset} into {out} for {cfg.time_budget:g} s"
-              + (f" or {cfg.iterations} iterations" if cfg.iterations else "")
+        limits = ([f"{cfg.time_budget:g} s"] if cfg.time_budget > 0 else []) + (
+            [f"{cfg.iterations} iterations"] if cfg.iterations else [])
+        print(f"training {system}/{preset} into {out} for "
+              + (" or ".join(limits) or "ever (Ctrl-C stops it)")
               + ("; rollouts on the second core (--overlap false: one core)" if cfg.overlap
                  else "")
               + (f"; {ranks.world} data-parallel processes" if ranks.world > 1 else "")

@@ -54,6 +54,7 @@ ACCEPTED = {
     ("sysid", "--out"): (ANY, "any text names a file"),
     ("sysid", "--plot"): (ANY, "any text names a file"),
     ("sysid", "--max-delay"): ({"zero"}, "a plant without delay"),
+    ("firmware", "--out"): (ANY, "any text names a project folder"),
 }
 for _command in ("train", "demo", "eval", "baselines", "hil"):
     ACCEPTED[(_command, "--seed")] = ({"zero"}, "seed 0")
@@ -108,6 +109,7 @@ def _base(command: str, folder) -> tuple[dict, list[str]]:
         "excite": ({}, ["--port", str(folder / "no-such-port"), "--log", str(folder / "e.csv"),
                         "--duration", "5"]),
         "sysid": ({"logs": str(folder / "no-such-log.csv")}, ["--out", str(folder / "f.toml")]),
+        "firmware": ({}, ["--board", "uno", "--out", str(folder / "firmware")]),
     }.get(command, ({}, []))
 
 

@@ -318,7 +318,8 @@ def test_run_loop_supervises_on_device_control_then_takes_the_loop_back(tmp_path
         with pytest.raises(UserError, match="no controller linked"):
             run_loop(hil.port, None, 1.0, None, on_device=True, **quiet)
     k_th, k_thd = design("pendulum", "rig").K[0]
-    with serve_hil(HilConfig(system="pendulum", preset="rig", angle0=0.2,
+    # held still until armed: how long the handshake takes must not decide the start
+    with serve_hil(HilConfig(system="pendulum", preset="rig", angle0=0.2, hold_until_armed=True,
                              device_gains=(0.0, k_th, k_thd), watchdog_ms=100)) as hil:
         s = run_loop(hil.port, None, 2.0, tmp_path / "on.csv", on_device=True, **quiet)
         assert s["ended"] == "completed" and s["disarm_acknowledged"]

@@ -133,14 +133,6 @@ class FakeDevice(threading.Thread):
         os.close(self.slave)
 
 
-@pytest.fixture(scope="module")
-def swingup(tmp_path_factory):
-    path = tmp_path_factory.mktemp("onnx") / "swingup.onnx"
-    subprocess.run(CLI + ["export", "--controller", "swingup-lqr", "--system", "pendulum",
-                          "--preset", "rig", "--onnx", str(path)], check=True, capture_output=True)
-    return path
-
-
 @pytest.mark.parametrize("hostile,ends,why", [
     ("channels", "error", "STATE with 0 channels"),
     ("flood", "error", "STATEs in"),
@@ -160,7 +152,7 @@ def test_a_hostile_device_is_stopped_within_a_second(swingup, tmp_path, hostile,
     assert s["ended"].split(":")[0] == ends, s["ended"]
     if why:
         assert why in s["ended"] and "\n" not in s["ended"]
-    assert device.hostile_at is not None and ended_at - device.hostile_at < 1.0 + 0.5
+    assert device.hostile_at is not None and ended_at - device.hostile_at < 1.0
     # the safe stop reached the device: the last command zero, then DISARM
     assert device.disarmed_at is not None and device.commands[-1][1] == 0.0
     assert s["disarm_acknowledged"] == (hostile not in ("silence", "truncated"))

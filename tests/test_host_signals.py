@@ -18,14 +18,6 @@ CLI = [sys.executable, "-m", "grpo_ctrl.cli"]
 START = dict(system="pendulum", preset="rig", angle0=0.1, hold_until_armed=True, watchdog_ms=50)
 
 
-@pytest.fixture(scope="module")
-def swingup(tmp_path_factory):
-    path = tmp_path_factory.mktemp("onnx") / "swingup.onnx"
-    subprocess.run(CLI + ["export", "--controller", "swingup-lqr", "--system", "pendulum",
-                          "--preset", "rig", "--onnx", str(path)], check=True, capture_output=True)
-    return path
-
-
 def wait_for(condition, timeout=30.0):
     end = time.monotonic() + timeout
     while not condition() and time.monotonic() < end:

@@ -18,19 +18,9 @@ from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil
 from grpo_ctrl.firmware_bridge.host import run_loop
 from grpo_ctrl.firmware_bridge.telemetry import read_telemetry
 
+from conftest import export_baseline
+
 CLI = [sys.executable, "-m", "grpo_ctrl.cli"]
-
-
-def export(tmp_path_factory, controller, system, preset):
-    path = tmp_path_factory.mktemp("onnx") / f"{controller}-{system}-{preset}.onnx"
-    subprocess.run(CLI + ["export", "--controller", controller, "--system", system, "--preset",
-                          preset, "--onnx", str(path)], check=True, capture_output=True)
-    return path
-
-
-@pytest.fixture(scope="module")
-def swingup(tmp_path_factory):
-    return export(tmp_path_factory, "swingup-lqr", "pendulum", "rig")
 
 
 # A GRPO policy trained on the rig preset (tests/data/README.md says how).
@@ -184,7 +174,7 @@ def test_mismatched_policy_is_refused_before_arming(swingup, tmp_path, change, w
 
 def test_an_exported_policy_for_another_preset_is_refused_by_its_limits(tmp_path_factory,
                                                                          tmp_path):
-    gym = export(tmp_path_factory, "lqr", "pendulum", "gym")  # a 2 N m actuator, not the rig's
+    gym = export_baseline(tmp_path_factory, "lqr", "pendulum", "gym")  # a 2 N m actuator, not the rig's
     with serve_hil(HilConfig(system="pendulum", preset="rig")) as hil:
         r = grpo_run(hil.port, gym, 5, tmp_path / "x.csv")
         stats = hil.stats()

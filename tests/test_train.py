@@ -379,13 +379,24 @@ def test_randomize_table_then_flags_and_the_hardware_presets_draw_by_default(tmp
 
 
 def test_run_folder_records_the_randomisation(tmp_path):
-    import tomllib
+    from grpo_ctrl.train import read_toml
     out = tmp_path / "run"
     assert cli.main(["train", "--preset", "rig", "--out", str(out), "--iterations", "1",
                      "--time-budget", "0", "--num-starts", "4", "--group-size", "2",
                      "--eval-episodes", "2", "--overlap", "false", "--randomize", "delay=1,2",
                      "--quiet"]) == 0
-    table = tomllib.loads((out / "config.toml").read_text())["randomize"]
+    table = read_toml(str(out / "config.toml"))["randomize"]
     assert table["delay"] == [1, 2] and table["params"] == 0.35
     from grpo_ctrl.policy import read_checkpoint
     assert read_checkpoint(out / "best.pt")["randomize"] == table
+
+
+def test_an_iteration_limit_without_a_time_budget_shows_an_iteration_bar(tmp_path, capsys):
+    """--time-budget 0 (no limit) with --iterations: the progress bar counts
+    iterations (its seconds format once failed on a missing total)."""
+    assert cli.main(["train", "--out", str(tmp_path / "run"), "--iterations", "2",
+                     "--time-budget", "0", "--num-starts", "4", "--group-size", "2",
+                     "--horizon", "8", "--loss-steps", "4", "--eval-episodes", "2",
+                     "--overlap", "false"]) == 0
+    err = capsys.readouterr()
+    assert "for 2 iterations" in err.out and "2/2" in err.err
