@@ -417,3 +417,23 @@ def test_the_device_observes_as_the_host_does(system):
         state = b.last_state()
         device = np.array(b.obs_seen[-1][:len(features.obs_names)])
         np.testing.assert_allclose(device, features(state), rtol=2e-6, atol=2e-6)
+
+
+CROSS = {"avr (16-bit int)": ("avr-gcc", ["-mmcu=atmega328p"], "gcc-avr avr-libc"),
+         "cortex-m4f": ("arm-none-eabi-gcc", ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard",
+                                              "-mfpu=fpv4-sp-d16", "-Wdouble-promotion"],
+                        "gcc-arm-none-eabi")}
+
+
+@pytest.mark.parametrize("target", CROSS)
+def test_core_and_codec_compile_warning_free_for_the_boards(target, tmp_path):
+    """proto.c and fw_core.c with the boards' cross compilers, -Wconversion
+    and -Werror included (the unsigned shifts matter with AVR's 16-bit int)."""
+    cc, flags, packages = CROSS[target]
+    if shutil.which(cc) is None:
+        pytest.skip(f"{cc} is not installed: apt-get install -y {packages}")
+    for name in ("proto.c", "fw_core.c"):
+        r = subprocess.run([cc, "-std=c99", "-Os", "-Wall", "-Wextra", "-Wpedantic", "-Wconversion",
+                            "-Werror", *flags, "-c", str(FIRMWARE / name), "-o",
+                            str(tmp_path / (name + ".o"))], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
