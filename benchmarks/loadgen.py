@@ -74,6 +74,9 @@ def _hold_memory(gb: float) -> None:
 
 def _install_loop(folder: str) -> None:
     """Scratch venv + pip install of this project (C extensions compiled), again and again."""
+    src = os.path.join(folder, "src")  # a copy: pip builds in the tree it installs from
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "runs", "build", "*.egg-info", "__pycache__", "*.so"))
     n = 0
     while True:
         venv = os.path.join(folder, f"venv-{n % 2}")
@@ -81,7 +84,7 @@ def _install_loop(folder: str) -> None:
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         subprocess.run([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q",
-                        "--no-index", "--no-deps", "--no-build-isolation", str(REPO)],
+                        "--no-index", "--no-deps", "--no-build-isolation", src],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        cwd=folder)
         n += 1
@@ -131,17 +134,18 @@ def load(kind: str, disk_gb: float = DISK_GB, memory_gb: float = MEMORY_GB, fold
                 p.join()
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    command = argv[argv.index("--") + 1:] if "--" in argv else []
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="after --: a command to run under the load; its exit "
+                                        "status is returned")
     ap.add_argument("kind", choices=KINDS)
     ap.add_argument("--seconds", type=float, default=None,
                     help="run the load this long (default: until the command ends)")
     ap.add_argument("--disk-gb", type=float, default=DISK_GB)
     ap.add_argument("--memory-gb", type=float, default=MEMORY_GB)
-    ap.add_argument("command", nargs=argparse.REMAINDER,
-                    help="after --: a command to run under the load; its exit status is returned")
-    args = ap.parse_args()
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     with load(args.kind, args.disk_gb, args.memory_gb):
         if command:
             return subprocess.run(command).returncode

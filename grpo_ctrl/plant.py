@@ -66,24 +66,24 @@ class PlantSpec:
     param_names: tuple[str, ...]
     action_name: str
     action_unit: str
-    state_units: tuple[str, ...] = ()
-    obs_units: tuple[str, ...] = ()
-    param_units: tuple[str, ...] = ()
-    angles: tuple[bool, ...] = ()               # which state components are angles
-    angular_velocities: tuple[bool, ...] = ()   # which are clipped by v_max
-    obs_index: tuple[int, ...] = ()   # where each state component enters the
-                                      # observation (an angle: its cosine, sine next)
-    cyclic: tuple[int, ...] = ()      # components that do not enter the dynamics
-    pole_angle: int = 0               # state index of the pendulum's angle ...
-    pole_velocity: int = 1            # ... and of its angular velocity
-    operating_range: tuple[float, ...] = ()  # |x_k| reached in use
-    channels: tuple[tuple[int, int], ...] = ()  # a rig's sensors: (position, velocity) index
-    channel_pos_limits: tuple[float, ...] = ()  # a rig's default safety limits, 0 = none
-    channel_vel_limits: tuple[float, ...] = ()
-    v_max: float = 0.0                # the simulator's clip on angular velocities, 0 = none
-    term_limit: tuple[float, ...] = ()  # |x_k| that ends an episode, 0 = none
-    x0_low: tuple[float, ...] = ()    # the preset's start box
-    x0_high: tuple[float, ...] = ()
+    state_units: tuple[str, ...]
+    obs_units: tuple[str, ...]
+    param_units: tuple[str, ...]
+    angles: tuple[bool, ...]  # which state components are angles
+    angular_velocities: tuple[bool, ...]  # which are clipped by v_max
+    obs_index: tuple[int, ...]  # where each state component enters the observation
+                                # (an angle: its cosine, its sine next)
+    cyclic: tuple[int, ...]  # components that do not enter the dynamics
+    pole_angle: int  # state index of the pendulum's angle ...
+    pole_velocity: int  # ... and of its angular velocity
+    operating_range: tuple[float, ...]  # |x_k| reached in use
+    channels: tuple[tuple[int, int], ...]  # a rig's sensors: (position, velocity) index
+    channel_pos_limits: tuple[float, ...]  # a rig's default safety limits, 0 = none
+    channel_vel_limits: tuple[float, ...]
+    v_max: float  # the simulator's clip on angular velocities, 0 = none
+    term_limit: tuple[float, ...]  # |x_k| that ends an episode, 0 = none
+    x0_low: tuple[float, ...]  # the preset's start box
+    x0_high: tuple[float, ...]
 
     @property
     def nx(self) -> int:

@@ -69,7 +69,12 @@ class RunningNorm:
 
     def update(self, x: torch.Tensor) -> None:
         x = x.reshape(-1, self.mean.numel()).double()
-        n, m, v = x.shape[0], x.mean(0), x.var(0, unbiased=False)
+        self.merge(x.shape[0], x.mean(0), x.var(0, unbiased=False))
+
+    def merge(self, n: float, m: torch.Tensor, v: torch.Tensor) -> None:
+        """Fold in the moments of n new observations: their mean m and their
+        (biased) variance v. Data-parallel training passes those of the whole
+        batch across processes (grpo_ctrl/distributed.py)."""
         total = self.count + n
         delta = m - self.mean
         self.mean = self.mean + delta * n / total

@@ -1,4 +1,4 @@
-"""Python face of the C simulator: the one module that reaches ``csrc/``.
+"""Python face of the C simulator; it and ``grpo_ctrl.plant`` alone reach ``csrc/``.
 
 ``BatchSim`` steps ``num_envs`` copies of one plant in one C call. Its state
 lives in numpy arrays (structure-of-arrays, component-major) that the C code

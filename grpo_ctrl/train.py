@@ -3,12 +3,17 @@
 
 Configuration precedence: per-plant defaults < ``--config`` file < flags.
 Every ``GRPOConfig`` field is a flag (``num_starts`` -> ``--num-starts``).
+
+Data-parallel training (docs/distributed.md): ``--nproc N`` starts N local
+workers; under ``torchrun`` (``python -m grpo_ctrl train ...``) each process
+the launcher starts is one rank. Rank 0 evaluates and writes the run folder.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import sys
 import time
 from dataclasses import asdict, fields
 from datetime import datetime
@@ -19,6 +24,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10: tomli is the same parser (pyproject requires it there)
     import tomli as tomllib
 
+from grpo_ctrl import distributed
+from grpo_ctrl.distributed import Ranks
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write, save_figure
 from grpo_ctrl.grpo import Trainer
@@ -39,6 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue the run in --out from its latest checkpoint for another "
                         "--time-budget seconds")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="data-parallel worker processes on this machine, one per core "
+                        "(default 1; overlap is off with more than one; under torchrun the "
+                        "launcher sets the processes: leave this out)")
     g = p.add_argument_group("GRPO hyperparameters (override the config file)")
     for f in fields(GRPOConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -189,13 +200,17 @@ def plot_curve(metrics_path: Path, png: Path) -> None:
 
 
 def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: bool = False,
-          progress: bool = True, on_iteration=None) -> dict:
+          progress: bool = True, on_iteration=None, ranks: Ranks | None = None) -> dict:
     """Train until the time budget or iteration limit; returns a summary.
     ``on_iteration(trainer, row)`` is called after every iteration (the
-    benchmark snapshots the policy there); its time is not training time."""
+    benchmark snapshots the policy there); its time is not training time.
+    In data-parallel training every rank calls this; rank 0's clock decides
+    the schedule and the stop, and rank 0 alone evaluates and writes ``out``."""
     from tqdm import tqdm
-    trainer = Trainer(cfg, system, preset)
-    folder = RunFolder(out, system, preset, cfg, resume) if out is not None else None
+    ranks = ranks or Ranks.current()
+    trainer = Trainer(cfg, system, preset, ranks)
+    folder = RunFolder(out, system, preset, cfg, resume) if out is not None and ranks.is_main \
+        else None
     wall, best, evals_done = 0.0, -math.inf, 0
     if resume:
         ck = read_checkpoint(out / checkpoint_file(LATEST))
@@ -204,18 +219,23 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
     start_wall, next_eval = wall, wall
     budget = cfg.time_budget if cfg.time_budget > 0 else math.inf
     bar = tqdm(total=None if math.isinf(budget) else round(budget, 1), unit="s",
-               disable=not progress,
+               disable=not progress or not ranks.is_main,
                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}{postfix}]")
     last_eval = None
     try:
-        while wall - start_wall < budget and (cfg.iterations == 0 or
-                                              trainer.iteration < cfg.iterations):
+        while True:
+            go = wall - start_wall < budget and (cfg.iterations == 0 or
+                                                 trainer.iteration < cfg.iterations)
+            wall, go = ranks.agree([wall, go])  # rank 0's clock, on every rank
+            if not go:
+                break
             t0 = time.perf_counter()
             trainer.set_progress(max((wall - start_wall) / budget,
                                      trainer.iteration / cfg.iterations if cfg.iterations else 0.0))
             row = trainer.step()
             row["eval_return"] = row["eval_success"] = None
-            if wall >= next_eval or (cfg.iterations and trainer.iteration >= cfg.iterations):
+            if ranks.is_main and (wall >= next_eval or
+                                  (cfg.iterations and trainer.iteration >= cfg.iterations)):
                 last_eval, row["eval_success"] = trainer.evaluate()
                 row["eval_return"] = last_eval
                 next_eval = wall + cfg.eval_every
@@ -263,11 +283,46 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
 
 def run(args) -> int:
     system, preset, cfg, out = resolve(args)
-    print(f"training {system}/{preset} into {out} for "
-          f"{cfg.time_budget:g} s" + (f" or {cfg.iterations} iterations" if cfg.iterations else "")
-          + ("; rollouts on the second core (--overlap false: one core)" if cfg.overlap else ""))
-    summary = train(system, preset, cfg, out, resume=args.resume, progress=not args.quiet)
-    print(f"done: {summary['iterations']} iterations in {summary['wall_time']:.1f} s; best "
-          f"evaluation return {summary['best_return']:.1f} ({cfg.eval_episodes} episodes); "
-          f"run folder {out} (evaluate with `grpo-ctrl eval {out}`)")
+    launched = distributed.torchrun_world()
+    if launched is not None and args.nproc is not None:
+        raise UserError("--nproc starts local workers, but torchrun already started this one: "
+                        "leave --nproc out (torchrun's --nproc-per-node sets the processes)")
+    world = launched if launched is not None else 1 if args.nproc is None else args.nproc
+    if world < 1:
+        raise UserError(f"--nproc must be at least 1, got {world}")
+    if world > 1:
+        if args.overlap:
+            raise UserError("--overlap true and more than one process both want the spare "
+                            "cores: drop --overlap (one rank per core is faster)")
+        cfg.overlap = False
+        Ranks(0, world).local_config(cfg)  # each rank's share is whole and valid
+    work = (system, preset, cfg, out, args.resume, not args.quiet)
+    if launched is not None:
+        distributed.run_from_env(_train_and_report, work)
+    elif world > 1:
+        try:
+            distributed.launch(world, _train_and_report, work)
+        except distributed.WorkerFailed as e:
+            print(f"grpo-ctrl train: error: {e}", file=sys.stderr)
+            return 1
+    else:
+        _train_and_report(*work)
     return 0
+
+
+def _train_and_report(system: str, preset: str, cfg: GRPOConfig, out: Path, resume: bool,
+                      progress: bool) -> None:
+    """Train as this process's rank; rank 0 says what it does."""
+    ranks = Ranks.current()
+    if ranks.is_main:
+        print(f"training {system}/{preset} into {out} for {cfg.time_budget:g} s"
+              + (f" or {cfg.iterations} iterations" if cfg.iterations else "")
+              + ("; rollouts on the second core (--overlap false: one core)" if cfg.overlap
+                 else "")
+              + (f"; {ranks.world} data-parallel processes" if ranks.world > 1 else ""),
+              flush=True)
+    summary = train(system, preset, cfg, out, resume=resume, progress=progress, ranks=ranks)
+    if ranks.is_main:
+        print(f"done: {summary['iterations']} iterations in {summary['wall_time']:.1f} s; best "
+              f"evaluation return {summary['best_return']:.1f} ({cfg.eval_episodes} episodes); "
+              f"run folder {out} (evaluate with `grpo-ctrl eval {out}`)")
