@@ -388,3 +388,52 @@ def test_core_under_libfuzzer(tmp_path):
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Done 20000 runs" in r.stderr
+
+
+@pytest.mark.parametrize("system", P.SYSTEMS)
+def test_the_device_observes_as_the_host_does(system):
+    """fw_core.c's observation (what an on-device controller gets) against the
+    host's (observation.Features, the simulator's own observation function) for
+    the same counts and velocities, on every plant: its layout in the firmware
+    is a second statement of the plant's, so it is pinned here."""
+    from grpo_ctrl.firmware_bridge.observation import Features
+    from grpo_ctrl.plant import plant_spec
+
+    spec = plant_spec(system)
+    channels = len(spec.channels)
+    mask = sum(spec.angles[pos] << c for c, (pos, _) in enumerate(spec.channels))
+    cpr = [4096.0 if mask >> c & 1 else 10000.0 for c in range(channels)]
+    b = FakeBoard(system=P.SYSTEMS.index(system), channels=channels, angle_mask=mask,
+                  cpr=tuple(cpr + [0.0] * (4 - channels)), controller=lambda o: 0.0,
+                  watchdog_us=10**6)
+    features = Features(b.request(P.Hello(), P.Info))
+    param_set(b, "control_source", 1)
+    b.arm()
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        b.tick()
+        b.counts[:channels] = [int(v) for v in rng.integers(-6000, 6000, channels)]
+        b.tick()                                           # velocity: the step over one period
+        state = b.last_state()
+        device = np.array(b.obs_seen[-1][:len(features.obs_names)])
+        np.testing.assert_allclose(device, features(state), rtol=2e-6, atol=2e-6)
+
+
+CROSS = {"avr (16-bit int)": ("avr-gcc", ["-mmcu=atmega328p"], "gcc-avr avr-libc"),
+         "cortex-m4f": ("arm-none-eabi-gcc", ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard",
+                                              "-mfpu=fpv4-sp-d16", "-Wdouble-promotion"],
+                        "gcc-arm-none-eabi")}
+
+
+@pytest.mark.parametrize("target", CROSS)
+def test_core_and_codec_compile_warning_free_for_the_boards(target, tmp_path):
+    """proto.c and fw_core.c with the boards' cross compilers, -Wconversion
+    and -Werror included (the unsigned shifts matter with AVR's 16-bit int)."""
+    cc, flags, packages = CROSS[target]
+    if shutil.which(cc) is None:
+        pytest.skip(f"{cc} is not installed: apt-get install -y {packages}")
+    for name in ("proto.c", "fw_core.c"):
+        r = subprocess.run([cc, "-std=c99", "-Os", "-Wall", "-Wextra", "-Wpedantic", "-Wconversion",
+                            "-Werror", *flags, "-c", str(FIRMWARE / name), "-o",
+                            str(tmp_path / (name + ".o"))], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
