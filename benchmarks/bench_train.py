@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from grpo_ctrl.controller import act  # noqa: E402
-from grpo_ctrl.evaluate import evaluate_on_gym  # noqa: E402
+from grpo_ctrl.closed_loop import evaluate_on_gym  # noqa: E402
 from grpo_ctrl.grpo_config import default_config  # noqa: E402
 from grpo_ctrl.sim import BatchSim  # noqa: E402
 from grpo_ctrl.train import train  # noqa: E402

@@ -25,7 +25,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
 
-from grpo_ctrl.evaluate import evaluate_on_gym, evaluate_on_sim  # noqa: E402
+from grpo_ctrl.closed_loop import evaluate_on_gym, evaluate_on_sim  # noqa: E402
 from grpo_ctrl.grpo_config import default_config  # noqa: E402
 from grpo_ctrl.train import train  # noqa: E402
 

@@ -3,6 +3,7 @@
  * The plants' equations live in plants.c.
  */
 #include "pendsim.h"
+#include "plant_layout.h"
 #include "plants.h"
 
 #include <math.h>
@@ -45,9 +46,12 @@ void ps_seed(ps_data *d, const uint64_t *seed)
 
 /* sin and cos of x for float32 observations, written so that the compiler
  * vectorises a loop of them: Cody-Waite reduction by pi/2 and fdlibm's
- * kernel polynomials on [-pi/4, pi/4]. Error about 1e-16 for |x| < 1e5,
- * far below float32's resolution, so observations round as with libm except
- * in rare ties (then by one float32 ulp). */
+ * kernel polynomials on [-pi/4, pi/4]. Error about 1e-16 for |x| <=
+ * FAST_SINCOS_MAX, far below float32's resolution, so observations round as
+ * with libm except in rare ties (then by one float32 ulp). Beyond it (where
+ * k * pio2_1 is no longer exact) and for NaN the values are wrong but
+ * defined: callers take libm's there (sincos_any, fix_far_angles). */
+#define FAST_SINCOS_MAX 1e5
 static inline void fast_sincos(double x, double *s_out, double *c_out)
 {
   const double two_over_pi = 6.36619772367581382433e-01;
@@ -55,7 +59,8 @@ static inline void fast_sincos(double x, double *s_out, double *c_out)
   const double pio2_2 = 6.07710050630396597660e-11;  /* next 33 bits */
   const double pio2_3 = 2.02226624879595063154e-21;  /* the rest */
   const double round_magic = 6755399441055744.0;      /* 1.5 * 2^52 */
-  const double k = (x * two_over_pi + round_magic) - round_magic;
+  const double k_magic = x * two_over_pi + round_magic; /* k in the low mantissa bits */
+  const double k = k_magic - round_magic;
   const double r = ((x - k * pio2_1) - k * pio2_2) - k * pio2_3;
   const double z = r * r;
   const double S1 = -1.66666666666666324348e-01, S2 = 8.33333333332248946124e-03,
@@ -66,8 +71,11 @@ static inline void fast_sincos(double x, double *s_out, double *c_out)
                C5 = 2.08757232129817482790e-09, C6 = -1.13596475577881948265e-11;
   const double sr = r + r * z * (S1 + z * (S2 + z * (S3 + z * (S4 + z * (S5 + z * S6)))));
   const double cr = 1.0 - 0.5 * z + z * z * (C1 + z * (C2 + z * (C3 + z * (C4 + z * (C5 + z * C6)))));
-  const int quadrant = (int)k; /* modulo 4 by its low bits, also when negative */
-  const int odd = quadrant & 1, neg = quadrant & 2;
+  /* k mod 4 from the mantissa's low bits (two's complement for k < 0, exact
+   * for |k| < 2^51); a cast of k to int would overflow for large |x| */
+  uint64_t k_bits;
+  memcpy(&k_bits, &k_magic, sizeof k_bits);
+  const int odd = (int)(k_bits & 1u), neg = (int)(k_bits & 2u);
   const double s = odd ? cr : sr, c = odd ? -sr : cr;
   *s_out = neg ? -s : s;
   *c_out = neg ? -c : c;
@@ -136,6 +144,17 @@ static double quadratic_cost(const ps_model *m, const double *x, double u)
   return cost + m->w_u * (u * u);
 }
 
+/* fast_sincos where it is accurate, else libm (one angle at a time). */
+static inline void sincos_any(double x, double *s_out, double *c_out)
+{
+  if (fabs(x) <= FAST_SINCOS_MAX) {
+    fast_sincos(x, s_out, c_out);
+  } else {
+    *s_out = sin(x);
+    *c_out = cos(x);
+  }
+}
+
 /* Observation of one state. Angles enter as (cos, sin), computed by
  * fast_sincos: the observation is float32, so libm's last bits are moot. */
 static inline void observation(int system, const double *x, float *obs)
@@ -143,13 +162,13 @@ static inline void observation(int system, const double *x, float *obs)
   double c0, s0, c1, s1;
   switch (system) {
   case PS_PENDULUM:
-    fast_sincos(x[0], &s0, &c0);
+    sincos_any(x[0], &s0, &c0);
     obs[0] = (float)c0;
     obs[1] = (float)s0;
     obs[2] = (float)x[1];
     break;
   case PS_CARTPOLE:
-    fast_sincos(x[2], &s0, &c0);
+    sincos_any(x[2], &s0, &c0);
     obs[0] = (float)x[0];
     obs[1] = (float)x[1];
     obs[2] = (float)c0;
@@ -157,8 +176,8 @@ static inline void observation(int system, const double *x, float *obs)
     obs[4] = (float)x[3];
     break;
   default:
-    fast_sincos(x[0], &s0, &c0);
-    fast_sincos(x[1], &s1, &c1);
+    sincos_any(x[0], &s0, &c0);
+    sincos_any(x[1], &s1, &c1);
     obs[0] = (float)c0;
     obs[1] = (float)s0;
     obs[2] = (float)c1;
@@ -247,12 +266,31 @@ observe_all_exact_avx2(int system, int B, const double *restrict xs, float *rest
 #define OBSERVE_ALL_EXACT observe_all_exact
 #endif
 
+/* After the vectorised loop: the (cos, sin) of angles beyond FAST_SINCOS_MAX
+ * (or NaN) from libm. A second pass keeps the loop above free of branches. */
+static void fix_far_angles(const ps_model *m, int B, const double *xs, float *obs)
+{
+  /* per plant: state index of each angle and where its cos sits in obs */
+  static const int ANGLE[PS_NUM_SYSTEMS][2] = {{0, -1}, {2, -1}, {0, 1}};
+  static const int COS_AT[PS_NUM_SYSTEMS][2] = {{0, -1}, {2, -1}, {0, 2}};
+  for (int j = 0; j < 2 && ANGLE[m->system][j] >= 0; ++j) {
+    const double *x = xs + (size_t)ANGLE[m->system][j] * B;
+    for (int b = 0; b < B; ++b) {
+      if (fabs(x[b]) <= FAST_SINCOS_MAX) continue;
+      float *o = obs + (size_t)b * m->nobs + COS_AT[m->system][j];
+      o[0] = (float)cos(x[b]);
+      o[1] = (float)sin(x[b]);
+    }
+  }
+}
+
 static void observe_all(const ps_model *m, ps_data *d, float *obs)
 {
   if (has_sensor_model(m) || m->plant_mode != PS_PLANT_NOMINAL) {
     for (int b = 0; b < d->B; ++b) observe_env(m, d, b, obs + (size_t)b * m->nobs);
   } else {
     OBSERVE_ALL_EXACT(m->system, d->B, d->x, obs);
+    fix_far_angles(m, d->B, d->x, obs);
   }
 }
 
@@ -299,6 +337,8 @@ static void reset_env(const ps_model *m, ps_data *d, int b)
  * Public API.
  * ---------------------------------------------------------------------- */
 void ps_observe(const ps_model *m, ps_data *d, float *obs) { observe_all(m, d, obs); }
+
+void ps_observation(int system, const double *x, float *obs) { observation(system, x, obs); }
 
 void ps_reset(const ps_model *m, ps_data *d, const uint8_t *mask, float *obs)
 {

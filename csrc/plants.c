@@ -9,6 +9,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "plant_layout.h"
+
+#define PI 3.14159265358979323846 /* a macro: the layout tables are static initialisers */
+
 /* ------------------------------------------------------------------------
  * Pendulum. State [th, thd], observation [cos th, sin th, thd].
  * A uniform rod (inertia m l^2 / 3 about the pivot) under gravity, a motor
@@ -140,15 +144,51 @@ double plant_energy(const ps_model *m, const double *p, const double *x)
   }
 }
 
-/* Which state components are angles (wrapped for rewards, quantised by
- * encoders) and which are angular velocities (clipped by v_max). */
-static const int ANGLE[PS_NUM_SYSTEMS][PS_MAX_NX] = {
-    {1, 0, 0, 0}, {0, 0, 1, 0}, {1, 1, 0, 0}};
-static const int ANGULAR_VELOCITY[PS_NUM_SYSTEMS][PS_MAX_NX] = {
-    {0, 1, 0, 0}, {0, 0, 0, 1}, {0, 0, 1, 1}};
+/* ------------------------------------------------------------------------
+ * Layouts (plant_layout.h): what the rest of the project knows of a plant.
+ * ---------------------------------------------------------------------- */
+static const ps_layout LAYOUTS[PS_NUM_SYSTEMS] = {
+    [PS_PENDULUM] = {
+        .action_name = "torque", .action_unit = "N*m",
+        .state_unit = {"rad", "rad/s"},
+        .obs_unit = {"1", "1", "rad/s"},
+        .param_unit = {"m/s^2", "kg", "m", "N*m*s/rad", "N*m"},
+        .is_angle = {1, 0}, .is_angular_velocity = {0, 1},
+        .obs_index = {0, 2}, .cyclic = {0, 0},
+        .pole_angle = 0, .pole_velocity = 1,
+        .operating_range = {PI, 8.0},
+        .n_channels = 1, .channel_position = {0}, .channel_velocity = {1},
+        .channel_pos_limit = {0.0}, .channel_vel_limit = {30.0}},
+    [PS_CARTPOLE] = {
+        .action_name = "force", .action_unit = "N",
+        .state_unit = {"m", "m/s", "rad", "rad/s"},
+        .obs_unit = {"m", "m/s", "1", "1", "rad/s"},
+        .param_unit = {"m/s^2", "kg", "kg", "m"},
+        .is_angle = {0, 0, 1, 0}, .is_angular_velocity = {0, 0, 0, 1},
+        .obs_index = {0, 1, 2, 4}, .cyclic = {1, 0, 0, 0},
+        .pole_angle = 2, .pole_velocity = 3,
+        /* swing-up speeds on a 2.4 m half-track */
+        .operating_range = {2.4, 5.0, PI, 15.0},
+        .n_channels = 2, .channel_position = {0, 2}, .channel_velocity = {1, 3},
+        .channel_pos_limit = {2.4, 0.0}, .channel_vel_limit = {0.0, 0.0}},
+    [PS_FURUTA] = {
+        .action_name = "voltage", .action_unit = "V",
+        .state_unit = {"rad", "rad", "rad/s", "rad/s"},
+        .obs_unit = {"1", "1", "1", "1", "rad/s", "rad/s"},
+        .param_unit = {"m/s^2", "ohm", "N*m/A", "kg", "m", "kg*m^2", "N*m*s/rad", "kg", "m",
+                       "kg*m^2", "N*m*s/rad"},
+        .is_angle = {1, 1, 0, 0}, .is_angular_velocity = {0, 0, 1, 1},
+        .obs_index = {0, 2, 4, 5}, .cyclic = {1, 0, 0, 0},
+        .pole_angle = 1, .pole_velocity = 3,
+        /* what a Qube-Servo 2 arm and pendulum reach while swinging */
+        .operating_range = {PI, PI, 25.0, 40.0},
+        /* the arm kept within the encoder cable's reach */
+        .n_channels = 2, .channel_position = {0, 1}, .channel_velocity = {2, 3},
+        .channel_pos_limit = {2.0, 0.0}, .channel_vel_limit = {0.0, 0.0}},
+};
 
-int plant_is_angle(int system, int k) { return ANGLE[system][k]; }
-int plant_is_angular_velocity(int system, int k) { return ANGULAR_VELOCITY[system][k]; }
+int plant_is_angle(int system, int k) { return LAYOUTS[system].is_angle[k]; }
+int plant_is_angular_velocity(int system, int k) { return LAYOUTS[system].is_angular_velocity[k]; }
 
 /* ------------------------------------------------------------------------
  * Names.
@@ -192,11 +232,16 @@ const char *ps_state_name(int s, int k)
   return valid_system(s) && k >= 0 && k < NX[s] ? STATE_NAMES[s][k] : 0;
 }
 
+int ps_plant_layout(int s, ps_layout *layout)
+{
+  if (!valid_system(s)) return PS_ERR_SYSTEM;
+  *layout = LAYOUTS[s];
+  return PS_OK;
+}
+
 /* ------------------------------------------------------------------------
  * Presets.
  * ---------------------------------------------------------------------- */
-static const double PI = 3.14159265358979323846;
-
 static void base_model(ps_model *m, int system)
 {
   memset(m, 0, sizeof *m);

@@ -721,7 +721,12 @@ int {name}_step(const float *obs, float *action);
 
 def write_c(model: onnx.ModelProto, outdir: str | Path, name: str = "policy") -> CSource:
     """Generate and write ``OUTDIR/<name>.c`` and ``OUTDIR/<name>.h``."""
-    src = generate_c(model, name)
+    return write_c_source(generate_c(model, name), outdir, name)
+
+
+def write_c_source(src: CSource, outdir: str | Path, name: str = "policy") -> CSource:
+    """Write generated C (``generate_c(model, name)``) as ``OUTDIR/<name>.c``
+    and ``OUTDIR/<name>.h``."""
     outdir = check_folder(outdir)
     try:
         outdir.mkdir(parents=True, exist_ok=True)

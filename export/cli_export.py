@@ -12,11 +12,12 @@ import pickle
 import zipfile
 from pathlib import Path
 
-from grpo_ctrl.export.c_codegen import generate_c, write_c
+from grpo_ctrl.export.c_codegen import generate_c, write_c_source
 from grpo_ctrl.files import atomic_write, check_folder, check_writable
 from grpo_ctrl.export.onnx_export import export_onnx, source_of
 from grpo_ctrl.export.verify import TOLERANCE, operating_observations
-from grpo_ctrl.controller import BASELINES, load_controller
+from grpo_ctrl.baselines import BASELINES
+from grpo_ctrl.controller import load_controller
 from grpo_ctrl.errors import UserError
 
 # what torch.load and friends raise for a damaged checkpoint
@@ -96,7 +97,7 @@ def run(args) -> int:
         atomic_write(args.onnx, model.SerializeToString())
         print(f"wrote {args.onnx}")
     if c_src is not None:
-        write_c(model, args.c, args.c_name)
+        write_c_source(c_src, args.c, args.c_name)  # the C just checked, not a second generation
         print(f"wrote {Path(args.c) / (args.c_name + '.c')} and "
               f"{Path(args.c) / (args.c_name + '.h')}: {c_src.size.summary()}")
     return 0

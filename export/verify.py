@@ -16,23 +16,12 @@ import torch
 
 from grpo_ctrl.export.session import tuned_options
 from grpo_ctrl.errors import UserError
+from grpo_ctrl.plant import plant_spec
 from grpo_ctrl.sim import BatchSim
 
 TOLERANCE = 1e-5
 SAMPLES = 10_000
 
-# Velocity ranges the plants reach in use, for the components the simulator
-# does not clip itself (a preset's v_max takes precedence). Cart-pole: swing-up
-# speeds; Furuta: what a Qube-Servo 2 arm and pendulum reach while swinging.
-_VELOCITY_RANGE = {
-    ("cartpole", "x_dot"): 5.0,
-    ("cartpole", "theta_dot"): 15.0,
-    ("furuta", "theta_dot"): 25.0,
-    ("furuta", "alpha_dot"): 40.0,
-    ("pendulum", "theta_dot"): 8.0,
-}
-_ANGLES = ("theta", "alpha")
-_TRACK = {"x"}  # positions bounded by the preset's termination limit
 _NEAR_UPRIGHT = 0.5  # rad: half of the samples lie this close to upright, slow
 
 
@@ -44,24 +33,22 @@ def operating_states(system: str, preset: str, n: int, seed: int = 0) -> np.ndar
     half lie near upright (angles within 0.5 rad, velocities within a fifth
     of their range), where a balancing controller is not saturated, so its
     unclipped arithmetic is exercised too."""
-    sim = BatchSim(system, 1, preset)
-    m, names = sim.model, sim.spec.state_names
+    spec = plant_spec(system, preset)
     rng = np.random.default_rng(seed)
-    wide = np.empty((n, len(names)))
+    wide = np.empty((n, spec.nx))
     near = np.empty_like(wide)
-    for k, name in enumerate(names):
-        if name in _ANGLES:
+    for k in range(spec.nx):
+        if spec.angles[k]:
             wide[:, k] = rng.uniform(-math.pi, math.pi, n)
             near[:, k] = rng.uniform(-_NEAR_UPRIGHT, _NEAR_UPRIGHT, n)
-        elif name in _TRACK:
-            limit = float(m.term_limit[k]) or 1.0
-            wide[:, k] = rng.uniform(-limit, limit, n)
-            near[:, k] = rng.uniform(-limit / 5, limit / 5, n)
+            continue
+        # the simulator's own clip or termination limit where it has one
+        if spec.angular_velocities[k] and spec.v_max > 0:
+            bound = spec.v_max
         else:
-            clipped = name in ("theta_dot", "alpha_dot") and float(m.v_max) > 0
-            vmax = float(m.v_max) if clipped else _VELOCITY_RANGE[(system, name)]
-            wide[:, k] = rng.uniform(-vmax, vmax, n)
-            near[:, k] = rng.uniform(-vmax / 5, vmax / 5, n)
+            bound = spec.term_limit[k] or spec.operating_range[k]
+        wide[:, k] = rng.uniform(-bound, bound, n)
+        near[:, k] = rng.uniform(-bound / 5, bound / 5, n)
     states = np.where((np.arange(n) % 2 == 0)[:, None], wide, near)
     return states
 

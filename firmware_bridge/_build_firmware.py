@@ -17,7 +17,8 @@ from grpo_ctrl._cdef import C_FLAGS, ROOT, cdef_from_headers  # noqa: E402
 FIRMWARE = ROOT / "firmware_bridge" / "firmware"
 
 ffibuilder = FFI()
-ffibuilder.cdef(cdef_from_headers(FIRMWARE / "proto.h", FIRMWARE / "hil.h"))
+ffibuilder.cdef(cdef_from_headers(FIRMWARE / "proto.h", FIRMWARE / "fw_hw.h", FIRMWARE / "fw_core.h",
+                                  FIRMWARE / "hil.h"))
 ffibuilder.set_source(
     "grpo_ctrl.firmware_bridge._firmware",
     '#include "proto.h"\n#include "hil.h"\n',

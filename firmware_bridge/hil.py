@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import threading
 import time
@@ -24,15 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_ctrl.firmware_bridge._firmware import ffi, lib
-from grpo_ctrl.firmware_bridge.protocol import FAULTS, MODES, SYSTEMS
+from grpo_ctrl.firmware_bridge.protocol import FAULTS, MODES
 from grpo_ctrl.errors import UserError
-
-# Default safety limits of the simulated rigs: (velocity limit per channel in
-# rad/s or m/s, position limit of channel 0 in rad or m), 0 = none.
-DEFAULT_LIMITS = {"pendulum": (30.0, 0.0), "cartpole": (0.0, 2.4), "furuta": (0.0, 2.0)}
-# plant state vector with every component at rest and the pendulum at angle0
-_START = {"pendulum": lambda a: [a, 0.0], "cartpole": lambda a: [0.0, 0.0, a, 0.0],
-          "furuta": lambda a: [0.0, a, 0.0, 0.0]}
+from grpo_ctrl.plant import default_preset, plant_spec, presets, system_id, systems
 
 
 @dataclass
@@ -47,9 +42,10 @@ class HilConfig:
     seed: int = 0
     device_id: int = 1
     watchdog_ms: float | None = None     # default: two control periods
-    velocity_limit: float | None = None  # per channel; default DEFAULT_LIMITS, 0 = none
-    position_limit: float | None = None  # channel 0; default DEFAULT_LIMITS, 0 = none
+    velocity_limit: float | None = None  # every channel; default: the plant's (PlantSpec), 0 = none
+    position_limit: float | None = None  # channel 0; default: the plant's (PlantSpec), 0 = none
     velocity_cutoff_hz: float = 20.0  # device velocity low-pass cutoff, 0 = none
+    device_gains: tuple | None = None  # link an on-device controller u = -K obs (PROTOCOL.md)
     corrupt: float = 0.0             # probability that a byte is corrupted
     drop: float = 0.0                # probability that a device frame is dropped
     latency_ms: float = 0.0          # added to every device frame
@@ -66,7 +62,6 @@ class HilServer:
     (the C loop releases the GIL). ``port`` is the path a host opens."""
 
     def __init__(self, config: HilConfig | None = None):
-        from grpo_ctrl.sim import default_preset, presets, systems
         c = self.config = config or HilConfig()
         if c.system not in systems():
             raise UserError(f"unknown system {c.system!r}; choose one of {systems()}")
@@ -81,24 +76,31 @@ class HilServer:
         if c.rate is not None and not 1.0 <= c.rate <= 20000.0:
             raise UserError(f"--rate must lie in [1, 20000] Hz, got {c.rate}")
         self.preset = preset
-        vel_default, pos_default = DEFAULT_LIMITS[c.system]
+        self.spec = spec = plant_spec(c.system, preset)
         o = self._options = ffi.new("hil_options *")
-        o.system = SYSTEMS.index(c.system)
+        o.system = system_id(c.system)
         o.preset = preset.encode()
         o.rate_hz = c.rate or 0.0
         if c.angle0 is not None:
             o.set_x0 = 1
-            for k, v in enumerate(_START[c.system](float(c.angle0))):
+            for k, v in enumerate(spec.rest_state(float(c.angle0))):
                 o.x0[k] = v
         o.hold_until_armed = int(c.hold_until_armed)
         o.seed = c.seed
         o.device_id = c.device_id
         o.watchdog_us = int(round(c.watchdog_ms * 1000)) if c.watchdog_ms else 0
-        vel = vel_default if c.velocity_limit is None else c.velocity_limit
-        for k in range(4):
-            o.vel_limit[k] = vel
-        o.pos_limit[0] = pos_default if c.position_limit is None else c.position_limit
+        for ch, (pos, vel) in enumerate(zip(spec.channel_pos_limits, spec.channel_vel_limits)):
+            o.pos_limit[ch] = pos
+            o.vel_limit[ch] = vel if c.velocity_limit is None else c.velocity_limit
+        if c.position_limit is not None:
+            o.pos_limit[0] = c.position_limit
         o.vel_cutoff_hz = c.velocity_cutoff_hz
+        gains = tuple(c.device_gains or ())
+        if len(gains) > len(o.controller_gain) or not all(map(math.isfinite, gains)):
+            raise UserError(f"device_gains must be at most {len(o.controller_gain)} finite "
+                            f"numbers, got {gains}")
+        o.controller_nobs = len(gains)
+        o.controller_gain[0:len(gains)] = gains
         f = o.faults
         f.corrupt_rate, f.drop_rate = c.corrupt, c.drop
         f.latency_us, f.spike_rate, f.spike_us = c.latency_ms * 1e3, c.spike_rate, c.spike_ms * 1e3
@@ -114,7 +116,7 @@ class HilServer:
         o.fd = self._master
         o.realtime = int(c.realtime)
 
-        rate = c.rate or 1.0 / _preset_dt(c.system, preset)
+        rate = c.rate or 1.0 / spec.dt
         cap = int(c.trace_seconds * rate) + 16
         self._trace = {"t_us": np.zeros(cap, np.uint64), "x": np.zeros((cap, 4)),
                        "u": np.zeros(cap, np.float32), "mode": np.zeros(cap, np.uint8),
@@ -197,15 +199,10 @@ class HilServer:
         """Per-tick record so far (copies): ``t`` (device s), ``x`` (plant
         state, ``(n, nx)``), ``u`` (actuator), ``mode``, ``fault``."""
         n = min(self.stats_raw().trace_len, len(self._trace["u"]))
-        nx = len(_START[self.config.system](0.0))
+        nx = self.spec.nx
         return {"t": self._trace["t_us"][:n].astype(float) * 1e-6,
                 "x": self._trace["x"][:n, :nx].copy(), "u": self._trace["u"][:n].copy(),
                 "mode": self._trace["mode"][:n].copy(), "fault": self._trace["fault"][:n].copy()}
-
-
-def _preset_dt(system: str, preset: str) -> float:
-    from grpo_ctrl.sim import BatchSim
-    return BatchSim(system, 1, preset=preset).spec.dt
 
 
 @contextlib.contextmanager

@@ -6,10 +6,10 @@ COBS-encoded and ended by one 0x00 byte. The device's C codec
 (``firmware/proto.c``) implements the same document; the test vectors in it
 pin both.
 
->>> wire = encode(Command(u=0.05, state_seq=7), seq=3)
->>> decoder = Decoder()
+>>> wire = encode(Command(u=0.05, state_seq=7, state_t_us=35000), seq=3)
+>>> decoder = Decoder(accept=FROM_HOST)  # as the device decodes
 >>> [decode_message(f) for f in decoder.feed(wire)]
-[Command(u=0.05000000074505806, state_seq=7)]
+[Command(u=0.05000000074505806, state_seq=7, state_t_us=35000)]
 """
 from __future__ import annotations
 
@@ -18,9 +18,11 @@ import zlib
 from dataclasses import astuple, dataclass, field
 from typing import ClassVar
 
-VERSION = 1
+from grpo_ctrl.plant import systems
+
+VERSION = 2
 MAX_CHANNELS = 4
-MAX_PAYLOAD = 64
+MAX_PAYLOAD = 96
 HEADER = struct.Struct("<BBI")
 CRC = struct.Struct("<I")
 MAX_RAW = HEADER.size + MAX_PAYLOAD + CRC.size
@@ -29,14 +31,18 @@ MAX_WIRE = MAX_RAW + MAX_RAW // 254 + 2
 MODES = {0: "disarmed", 1: "armed", 2: "fault"}
 MODE_DISARMED, MODE_ARMED, MODE_FAULT = 0, 1, 2
 FAULTS = {0: "none", 1: "watchdog", 2: "position limit", 3: "velocity limit", 4: "bad command"}
-FLAG_FRESH, FLAG_CLAMPED, FLAG_LATE, FLAG_HELD = 1, 2, 4, 8
+FLAG_FRESH, FLAG_CLAMPED, FLAG_LATE, FLAG_HELD, FLAG_ON_DEVICE = 1, 2, 4, 8, 16
+CONTROL_HOST, CONTROL_ON_DEVICE = 0, 1
 RESULTS = {0: "ok", 1: "fault active (disarm first)", 2: "a limit is exceeded", 3: "bad request",
            4: "unknown parameter", 5: "read-only", 6: "out of range", 7: "not while armed"}
 PARAMS = {"watchdog_us": 0, "u_limit": 1,
           **{f"pos_limit{c}": 2 + c for c in range(MAX_CHANNELS)},
           **{f"vel_limit{c}": 6 + c for c in range(MAX_CHANNELS)},
-          "vel_cutoff_hz": 10, "period_us": 11, "device_id": 12}
-SYSTEMS = ("pendulum", "cartpole", "furuta")  # ids as in csrc/pendsim.h
+          "vel_cutoff_hz": 10, "period_us": 11, "device_id": 12, "control_source": 13}
+LATENCY_UNKNOWN = 0xFFFFFFFF
+# a decoder's accepted directions (a host takes device frames only, a device host frames only)
+FROM_HOST, FROM_DEVICE, FROM_EITHER = 1, 2, 3
+SYSTEMS = tuple(systems())  # the plant ids the C plant layer numbers (csrc/pendsim.h)
 
 
 class ProtocolError(ValueError):
@@ -112,9 +118,15 @@ class Disarm(Message):
 
 @dataclass
 class Command(Message):
-    TYPE, FORMAT = 0x04, struct.Struct("<fI")
+    """The actuator value answering the STATE numbered ``state_seq``, whose
+    ``t_us`` is echoed (low 32 bits) so that the device measures the latency."""
+    TYPE, FORMAT = 0x04, struct.Struct("<fII")
     u: float
     state_seq: int
+    state_t_us: int = 0
+
+    def pack(self) -> bytes:
+        return self.FORMAT.pack(self.u, self.state_seq, self.state_t_us & 0xFFFFFFFF)
 
 
 @dataclass
@@ -145,7 +157,7 @@ class State(Message):
     TYPE = 0x80
     t_us: int
     cmd_seq: int
-    latency_us: int          # 0xFFFFFFFF: unknown
+    latency_us: int          # LATENCY_UNKNOWN: no command accepted this period
     actuator: float
     mode: int
     fault: int
@@ -172,33 +184,49 @@ class State(Message):
 
 @dataclass
 class Info(Message):
-    """The device introduces itself (answer to Hello)."""
-    TYPE, FORMAT = 0x81, struct.Struct("<BBBBIIf4fI16sH")
+    """The device introduces itself (answer to Hello). The fields new in
+    version 2 come last here (with defaults) so that version 1's positional
+    order still constructs one; the wire order is PROTOCOL.md's."""
+    TYPE, FORMAT = 0x81, struct.Struct("<BBBBIIff4fI16sHBBf4f4f")
     protocol_version: int
     system: int
     n_channels: int
     angle_mask: int
     device_id: int
     period_us: int
-    u_max: float
+    u_max: float             # the hardware limit
     counts_per_unit: tuple
     watchdog_us: int
     preset: str
     firmware_version: int
+    u_limit: float | None = None  # the command clamp now (PARAM u_limit); None: u_max
+    controller: int = 0           # 1: an on-device controller is linked
+    control_source: int = CONTROL_HOST
+    vel_cutoff_hz: float = 0.0
+    pos_limit: tuple = (0.0,) * MAX_CHANNELS   # counts per channel, 0 = none
+    vel_limit: tuple = (0.0,) * MAX_CHANNELS   # counts/s per channel, 0 = none
+
+    def __post_init__(self):
+        if self.u_limit is None:
+            self.u_limit = self.u_max
 
     def pack(self) -> bytes:
         return self.FORMAT.pack(self.protocol_version, self.system, self.n_channels,
                                 self.angle_mask, self.device_id, self.period_us, self.u_max,
-                                *self.counts_per_unit, self.watchdog_us,
-                                self.preset.encode(), self.firmware_version)
+                                self.u_limit, *self.counts_per_unit, self.watchdog_us,
+                                self.preset.encode(), self.firmware_version, self.controller,
+                                self.control_source, self.vel_cutoff_hz, *self.pos_limit,
+                                *self.vel_limit)
 
     @classmethod
     def unpack(cls, payload: bytes) -> "Info":
         if len(payload) != cls.FORMAT.size:
             raise ProtocolError(f"Info payload must be {cls.FORMAT.size} bytes")
         v = cls.FORMAT.unpack(payload)
-        preset = v[12].split(b"\x00", 1)[0].decode("ascii", "replace")
-        return cls(*v[:7], tuple(v[7:11]), v[11], preset, v[13])
+        preset = v[13].split(b"\x00", 1)[0].decode("ascii", "replace")
+        return cls(*v[:7], tuple(v[8:12]), v[12], preset, v[14], u_limit=v[7],
+                   controller=v[15], control_source=v[16], vel_cutoff_hz=v[17],
+                   pos_limit=tuple(v[18:22]), vel_limit=tuple(v[22:26]))
 
     @property
     def system_name(self) -> str:
@@ -217,7 +245,7 @@ class Ack(Message):
 @dataclass
 class Status(Message):
     """Mode, fault and error counters (answer to Heartbeat)."""
-    TYPE, FORMAT = 0x83, struct.Struct("<BBQQ8I")
+    TYPE, FORMAT = 0x83, struct.Struct("<BBQQ12I")
     mode: int
     fault: int
     t_us: int
@@ -230,6 +258,10 @@ class Status(Message):
     watchdog_trips: int
     stale_ticks: int
     late_ticks: int
+    stale_commands: int = 0      # the counters new in version 2 default to 0
+    ignored_commands: int = 0
+    tx_dropped_states: int = 0
+    tx_dropped_replies: int = 0
 
 
 @dataclass
@@ -248,6 +280,11 @@ class Param(Message):
 
 MESSAGES = {cls.TYPE: cls for cls in (Hello, Arm, Disarm, Command, Heartbeat, ParamGet, ParamSet,
                                       State, Info, Ack, Status, Fault, Param)}
+
+
+def direction(type_: int) -> int:
+    """FROM_HOST for host-to-device types (below 0x80), else FROM_DEVICE."""
+    return FROM_HOST if type_ < 0x80 else FROM_DEVICE
 
 
 # ---------------------------------------------------------------- frames
@@ -279,12 +316,17 @@ class Decoder:
     """Stream decoder: feed it bytes as they come, get the valid frames.
 
     Anything between two 0x00 delimiters that is not a valid frame (bad COBS,
-    wrong CRC, unknown version or type, wrong length) is dropped and counted;
-    decoding resumes at the next delimiter."""
+    wrong CRC, another version, a type unknown or of the other direction
+    than ``accept``, wrong length) is dropped and counted; decoding resumes at
+    the next delimiter. A host's decoder (the default) takes device-to-host
+    types only. ``other_version`` keeps the version byte of the last frame
+    dropped for its version alone (CRC good), so a host can name it."""
+    accept: int = FROM_DEVICE
     frames: int = 0
     crc_errors: int = 0
     bad_frames: int = 0
     overflows: int = 0
+    other_version: int | None = None
     _pending: bytearray = field(default_factory=bytearray)
     _overflow: bool = False
 
@@ -325,7 +367,10 @@ class Decoder:
         version, type_, seq = HEADER.unpack_from(body)
         payload = body[HEADER.size:]
         cls = MESSAGES.get(type_)
-        if version != VERSION or cls is None or len(payload) > MAX_PAYLOAD:
+        if version != VERSION:
+            self.other_version = version
+        if (version != VERSION or cls is None or not direction(type_) & self.accept
+                or len(payload) > MAX_PAYLOAD):
             self.bad_frames += 1
             return None
         try:

@@ -12,10 +12,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run by path a
 from grpo_ctrl._cdef import C_FLAGS, ROOT, cdef_from_headers  # noqa: E402
 
 ffibuilder = FFI()
-ffibuilder.cdef(cdef_from_headers(ROOT / "csrc" / "pendsim.h"))
+ffibuilder.cdef(cdef_from_headers(ROOT / "csrc" / "pendsim.h", ROOT / "csrc" / "plant_layout.h"))
 ffibuilder.set_source(
     "grpo_ctrl._pendsim",
-    '#include "pendsim.h"',
+    '#include "pendsim.h"\n#include "plant_layout.h"\n',
     # setuptools wants paths relative to the project root
     sources=["csrc/pendsim.c", "csrc/plants.c"],
     include_dirs=["csrc"],

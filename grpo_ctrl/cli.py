@@ -17,7 +17,7 @@ from grpo_ctrl.errors import UserError
 COMMANDS = {
     "demo": ("grpo_ctrl.demo", "train, export, serve the HIL pendulum and run the loop: the whole chain"),
     "train": ("grpo_ctrl.train", "train a controller with GRPO"),
-    "eval": ("grpo_ctrl.evaluate", "evaluate a trained run or a baseline controller"),
+    "eval": ("grpo_ctrl.cli_eval", "evaluate a trained run or a baseline controller"),
     "baselines": ("grpo_ctrl.baselines.report", "tabulate the classic controllers on every plant"),
     "export": ("grpo_ctrl.export.cli_export", "export a controller to ONNX and/or C"),
     "inspect": ("grpo_ctrl.export.cli_inspect", "print the metadata of an exported ONNX controller"),
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
         return int(module.run(args) or 0)
-    except (UserError, ValueError, FileNotFoundError, PermissionError, IsADirectoryError) as e:
+    except UserError as e:  # only these: any other exception is a bug and keeps its traceback
         print(f"grpo-ctrl {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

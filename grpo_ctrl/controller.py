@@ -2,7 +2,7 @@
 
 A controller is a ``torch.nn.Module`` with
 
-* ``spec``: the ``grpo_ctrl.sim.PlantSpec`` of the plant it was made for;
+* ``spec``: the ``grpo_ctrl.plant.PlantSpec`` of the plant it was made for;
 * ``forward(obs)``: float32 observations ``(N, nobs)``, exactly as the
   simulator (or the device's host bridge) reports them, to float32 actuator
   commands ``(N, 1)`` in physical units (N m, N or V), already clipped to
@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from grpo_ctrl.baselines import BASELINES, make_controller
 from grpo_ctrl.errors import UserError
-
-BASELINES = ("lqr", "swingup-lqr")
+from grpo_ctrl.policy import load_policy_controller
 
 
 def load_controller(source: str, system: str | None = None, preset: str | None = None):
@@ -30,13 +30,11 @@ def load_controller(source: str, system: str | None = None, preset: str | None =
         if system is None:
             raise UserError(f"the baseline {source!r} needs a plant: add --system "
                             "pendulum|cartpole|furuta")
-        from grpo_ctrl.baselines import make_controller
         return make_controller(source, system, preset)
     path = Path(source)
     if not path.exists():
         raise UserError(f"{source!r} is neither a run folder, a checkpoint file nor a baseline "
                         f"({', '.join(BASELINES)})")
-    from grpo_ctrl.policy import load_policy_controller
     return load_policy_controller(path)
 
 

@@ -12,11 +12,10 @@ import math
 import time
 from pathlib import Path
 
-import numpy as np
-
 from grpo_ctrl.errors import UserError
 
 DEFAULT_SYSTEM, DEFAULT_PRESET = "pendulum", "gym"
+DEFAULT_ITERATIONS = 150
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,8 +23,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip training: use the swing-up-plus-LQR baseline")
     p.add_argument("--system", default=DEFAULT_SYSTEM, help="plant (default: %(default)s)")
     p.add_argument("--preset", default=DEFAULT_PRESET, help="preset (default: %(default)s)")
-    p.add_argument("--budget", type=float, default=15.0,
-                   help="training time budget in seconds (default: %(default)s)")
+    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
+                   help="GRPO iterations to train: the same policy on a quiet or a busy machine "
+                        "(default: %(default)s)")
+    p.add_argument("--budget", type=float, default=0.0,
+                   help="also stop training after this many seconds (default: no limit)")
     p.add_argument("--duration", type=float, default=8.0,
                    help="seconds of closed-loop control on the HIL pendulum (default: %(default)s)")
     p.add_argument("--out", default=None,
@@ -41,11 +43,14 @@ def _controller(args, out: Path):
     from grpo_ctrl.grpo_config import default_config
     from grpo_ctrl.train import train
     cfg = default_config(args.system, args.preset)
-    cfg.time_budget, cfg.seed = args.budget, args.seed
+    # an iteration budget, not seconds: on a busy machine a time budget trains
+    # less, and the demo's policy then fails to swing up (issue 10)
+    cfg.iterations, cfg.time_budget, cfg.seed = args.iterations, args.budget, args.seed
     run_dir = out / "run"
-    print(f"[1/4] training {args.system}/{args.preset} with GRPO for {args.budget:g} s "
-          f"into {run_dir}")
-    summary = train(args.system, args.preset, cfg, run_dir)
+    print(f"[1/4] training {args.system}/{args.preset} with GRPO for {args.iterations} iterations"
+          + (f" (at most {args.budget:g} s)" if args.budget else "") + f" into {run_dir}")
+    # train's progress bar counts seconds and needs a time budget
+    summary = train(args.system, args.preset, cfg, run_dir, progress=args.budget > 0)
     print(f"      best evaluation return {summary['best_return']:.1f} after "
           f"{summary['iterations']} iterations")
     return load_controller(str(run_dir))
@@ -54,10 +59,15 @@ def _controller(args, out: Path):
 def run(args) -> int:
     from grpo_ctrl.export.onnx_export import export_onnx
     from grpo_ctrl.firmware_bridge.hil import serve_hil
-    from grpo_ctrl.firmware_bridge.host import format_summary, run_loop
+    from grpo_ctrl.firmware_bridge.host import run_loop
+    from grpo_ctrl.firmware_bridge.loop import format_summary
 
-    if not args.budget > 0 or not args.duration > 0:
-        raise UserError("--budget and --duration must be positive numbers of seconds")
+    if not args.iterations > 0:
+        raise UserError(f"--iterations must be a positive number, got {args.iterations}")
+    if not args.budget >= 0 or not math.isfinite(args.budget):
+        raise UserError(f"--budget must be a number of seconds (0: no limit), got {args.budget}")
+    if not args.duration > 0 or not math.isfinite(args.duration):
+        raise UserError(f"--duration must be a positive number of seconds, got {args.duration}")
     out = Path(args.out or f"runs/demo-{args.system}-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -79,7 +89,7 @@ def run(args) -> int:
         summary = run_loop(hil.port, onnx_path, args.duration, log=out / "telemetry.csv",
                            plot=out / "loop.png")
         trace = hil.trace()
-    angle = _final_angle(args.system, trace["x"])
+    angle = _final_angle(args.system, trace)
     print("\n" + format_summary(summary))
     if angle is not None:
         print(f"pendulum at the end: {angle:+.3f} rad from upright "
@@ -88,10 +98,14 @@ def run(args) -> int:
     return 0 if summary["ended"] == "completed" else 1
 
 
-def _final_angle(system: str, x: np.ndarray) -> float | None:
-    """The pendulum's angle from upright at the end of the HIL trace."""
+def _final_angle(system: str, trace: dict) -> float | None:
+    """The pendulum's angle from upright at the last tick the controller held
+    it (armed): after the disarm the HIL plant keeps running, and falls."""
+    from grpo_ctrl.firmware_bridge.protocol import MODE_ARMED
+    from grpo_ctrl.plant import plant_spec
+
+    x = trace["x"][trace["mode"] == MODE_ARMED]
     if len(x) == 0:
         return None
-    from grpo_ctrl.baselines.evaluate import POLE
-    a = float(x[-1, POLE[system][0]])
+    a = float(x[-1, plant_spec(system).pole_angle])
     return math.remainder(a, 2 * math.pi)

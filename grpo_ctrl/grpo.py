@@ -36,6 +36,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from grpo_ctrl.distributed import Ranks
+from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo_config import GRPOConfig, check_config
 from grpo_ctrl.overlap import OverlapCollector
 from grpo_ctrl.policy import GaussianPolicy, gaussian_log_prob, log_tanh_jacobian
@@ -56,10 +58,12 @@ def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
     return out
 
 
-def group_advantages(rewards: np.ndarray, scale: str, eps: float = 1e-8) -> np.ndarray:
+def group_advantages(rewards: np.ndarray, scale: str, eps: float = 1e-8,
+                     batch_std=None) -> np.ndarray:
     """GRPO advantages within groups: rewards (num_groups, G, ...) ->
     (R - mean over the group) / s, with s = the group's std (``group``,
-    unbiased as torch.std), the std of all rewards of the batch (``batch``), or
+    unbiased as torch.std), the std of all rewards of the batch (``batch``,
+    ``batch_std(rewards)``: across processes in data-parallel training), or
     1 (``none``: Dr. GRPO, A_i = R_i - mean(G)). Extra trailing axes (time
     steps) are normalised separately, each across its group."""
     centred = rewards - rewards.mean(axis=1, keepdims=True)
@@ -68,7 +72,8 @@ def group_advantages(rewards: np.ndarray, scale: str, eps: float = 1e-8) -> np.n
     if scale == "group":
         return centred / (rewards.std(axis=1, ddof=1, keepdims=True) + eps)
     if scale == "batch":
-        return centred / (rewards.std(ddof=1) + eps)
+        std = batch_std(rewards) if batch_std is not None else rewards.std(ddof=1)
+        return centred / (std + eps)
     raise ValueError(f"unknown advantage scale {scale!r}")
 
 
@@ -177,12 +182,15 @@ class Batch:
 
 
 class GroupRollout:
-    """The trajectory pool and the group simulators it branches into."""
+    """The trajectory pool and the group simulators it branches into.
+    ``batch_std``: the std of the batch's rewards (adv_scale = batch); data-
+    parallel training passes one that reduces across processes."""
 
     def __init__(self, cfg: GRPOConfig, system: str, preset: str, seed: int,
-                 randomize: Randomization | None = None):
+                 batch_std=None, randomize: Randomization | None = None):
         n, g = cfg.num_starts, cfg.group_size
         self.cfg = cfg
+        self.batch_std = batch_std
         # a pool trajectory draws its plant at each reset; its branches copy it
         self.pool = BatchSim(system, n, preset=preset, seed=seed, randomize=randomize)
         self.group = BatchSim(system, n * g, preset=preset, seed=seed + 10_000,
@@ -232,9 +240,10 @@ class GroupRollout:
         rtg = discounted_returns(rewards.T.reshape(n, g, H), cfg.gamma)  # (n, g, H)
         returns = rtg[:, :, 0]
         if cfg.reward_form == "outcome":
-            adv = np.repeat(group_advantages(returns, cfg.adv_scale)[:, :, None], L, axis=2)
+            adv = np.repeat(group_advantages(returns, cfg.adv_scale, batch_std=self.batch_std)
+                            [:, :, None], L, axis=2)
         else:
-            adv = group_advantages(rtg[:, :, :L], cfg.adv_scale)
+            adv = group_advantages(rtg[:, :, :L], cfg.adv_scale, batch_std=self.batch_std)
         mask = alive[:L].T.reshape(n, g, L).astype(np.float32)
         if cfg.continuation == "policy":
             mask[:, 0, :] = 0.0  # the mean-action branch is not a sample of pi
@@ -268,8 +277,10 @@ class GroupRollout:
 # =====================================================================
 def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.optim.Optimizer,
                 batch: Batch, cfg: GRPOConfig, eps_low: float, eps_high: float,
-                gen: torch.Generator) -> dict:
-    """``epochs`` passes of clipped-ratio (+ beta k3) steps over minibatches of branches."""
+                gen: torch.Generator, average_gradients=None) -> dict:
+    """``epochs`` passes of clipped-ratio (+ beta k3) steps over minibatches of branches.
+    ``average_gradients(params)``, in data-parallel training, averages the
+    gradients across processes before they are clipped."""
     B, L = batch.z.shape
     log_std_old = batch.log_std_old
     grad_norms, clip_lo, clip_hi = [], [], []
@@ -289,6 +300,8 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
             loss = aggregate_loss(per_step, mask, cfg.loss_agg, L)
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if average_gradients is not None:
+                average_gradients(policy.parameters())
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(
                 policy.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)))
             opt.step()
@@ -315,16 +328,25 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
 # The trainer.
 # =====================================================================
 class Trainer:
-    """One GRPO run: policy, optimiser, reference policy, rollout pool."""
+    """One GRPO run: policy, optimiser, reference policy, rollout pool.
+    ``ranks``: this process's place in data-parallel training (default: the
+    initialised torch.distributed group, or one process); it collects its
+    share of the start states with its own seeds (grpo_ctrl/distributed.py)."""
 
-    def __init__(self, cfg: GRPOConfig, system: str, preset: str,
+    def __init__(self, cfg: GRPOConfig, system: str, preset: str, ranks: Ranks | None = None,
                  randomize: Randomization | None = None):
         check_config(cfg)
+        self.ranks = ranks = ranks or Ranks.current()
+        if cfg.overlap and ranks.world > 1:
+            raise UserError("overlap and data-parallel training both want the spare cores: "
+                            "set overlap = false with more than one process")
+        local = ranks.local_config(cfg)
         self.cfg, self.system, self.preset = cfg, system, preset
         self.randomize = randomize if randomize is not None else Randomization()
         torch.manual_seed(cfg.seed)
-        self.gen = torch.Generator().manual_seed(cfg.seed)
-        self.rollout = GroupRollout(cfg, system, preset, cfg.seed, self.randomize)
+        self.gen = torch.Generator().manual_seed(ranks.seed(cfg.seed))
+        self.rollout = GroupRollout(local, system, preset, ranks.seed(cfg.seed), ranks.batch_std,
+                                    self.randomize)
         self.spec = self.rollout.spec
         self.policy = GaussianPolicy(self.spec.nobs, self.spec.u_max, cfg.hidden, cfg.layers,
                                      cfg.activation, cfg.log_std_init)
@@ -333,15 +355,17 @@ class Trainer:
         self.eval_seed = 1_000_003 + cfg.seed  # the same start states at every evaluation
         self.iteration = 0
         self.eps_scale = 1.0
+        ranks.broadcast_parameters(self.policy)  # the same start on every rank, whatever seeds did
         # the pool starts from resets; prime the normaliser with what they look like
-        self.policy.obs_norm.update(torch.from_numpy(self.rollout.pool.observe().copy()))
+        ranks.reduce_batch(self.policy.obs_norm,
+                           torch.from_numpy(self.rollout.pool.observe().copy()))
         self.policy.refresh_norm()
         # overlap: a second process collects (started here, before the training clock)
         self._collector = None
         if cfg.overlap:
             spec = self.spec
             self._collector = OverlapCollector(
-                lambda: GroupRollout(cfg, system, preset, cfg.seed, self.randomize),
+                lambda: GroupRollout(cfg, system, preset, cfg.seed, randomize=self.randomize),
                 lambda: GaussianPolicy(spec.nobs, spec.u_max, cfg.hidden, cfg.layers,
                                        cfg.activation),
                 cfg.seed)
@@ -377,23 +401,24 @@ class Trainer:
         eps_low, eps_high = cfg.eps_low * self.eps_scale, cfg.eps_high * self.eps_scale
         eps_low = min(eps_low, 0.95)
         stats = grpo_update(self.policy, self.ref, self.opt, batch, cfg, eps_low, eps_high,
-                            self.gen)
+                            self.gen, self.ranks.average_gradients)
+        returns = batch.returns
+        # the whole batch's normaliser statistics and diagnostics, the same on every rank
+        stats = self.ranks.reduce_batch(self.policy.obs_norm, batch.raw_obs, {
+            "branch_return": float(returns.mean()),
+            "group_reward_std": float(returns.std(axis=1, ddof=1).mean()),
+            "zero_spread": zero_spread_fraction(returns), "entropy": batch.entropy, **stats})
         if cfg.trust_region == "adaptive":
             self.eps_scale = adapt_clip(self.eps_scale, stats["kl_old"], cfg.kl_target)
-        self.policy.obs_norm.update(batch.raw_obs)
         self.policy.refresh_norm()
         self.iteration += 1
         if self.ref is not None and self.iteration % cfg.ref_refresh == 0:
             self.ref = copy.deepcopy(self.policy)
-        returns = batch.returns
-        return {"iteration": self.iteration,
-                "branch_return": float(returns.mean()),
-                "group_reward_std": float(returns.std(axis=1, ddof=1).mean()),
-                "zero_spread": zero_spread_fraction(returns),
-                "entropy": batch.entropy, "log_std": float(self.policy.log_std.detach()),
+        return {"iteration": self.iteration, **stats,
+                "log_std": float(self.policy.log_std.detach()),
                 "lr": self.opt.param_groups[0]["lr"],
                 "eps_low": eps_low, "eps_high": eps_high,
-                **stats, "sim_steps": batch.sim_steps,
+                "sim_steps": batch.sim_steps * self.ranks.world,
                 "rollout_s": batch.collect_s, "rollout_wait_s": t1 - t0,
                 "update_s": time.perf_counter() - t1}
 
@@ -408,7 +433,7 @@ class Trainer:
     def evaluate(self) -> tuple[float, float]:
         """(mean return, success rate) of the deterministic policy, on plants
         drawn as in training."""
-        from grpo_ctrl.baselines.evaluate import evaluate
+        from grpo_ctrl.closed_loop import evaluate
         ep = evaluate(self.policy.controller(self.spec), self.cfg.eval_episodes, self.eval_seed,
                       randomize=self.randomize)
         return float(ep.returns.mean()), float(ep.success.mean())
@@ -417,7 +442,7 @@ class Trainer:
     def state(self) -> dict:
         return {"optimizer": self.opt.state_dict(), "iteration": self.iteration,
                 "eps_scale": self.eps_scale, "torch_rng": self.gen.get_state(),
-                "sim_steps": self.rollout.sim_steps}
+                "sim_steps": self.rollout.sim_steps * self.ranks.world}
 
     def load_state(self, policy: GaussianPolicy, st: dict) -> None:
         self.policy.load_state_dict(policy.state_dict())
@@ -425,9 +450,12 @@ class Trainer:
         self.policy.refresh_norm()
         self.opt.load_state_dict(st["optimizer"])
         self.iteration, self.eps_scale = int(st["iteration"]), float(st["eps_scale"])
-        self.gen.set_state(st["torch_rng"])
-        self.rollout.sim_steps = int(st["sim_steps"])
+        self.rollout.sim_steps = int(st["sim_steps"]) // self.ranks.world
+        if self.ranks.is_main:  # the checkpoint holds rank 0's noise stream
+            self.gen.set_state(st["torch_rng"])
+        else:
+            self.gen.manual_seed(self.ranks.seed(self.cfg.seed) + 7919 * self.iteration)
         if self.ref is not None:
             self.ref = copy.deepcopy(self.policy)
         # fresh trajectories for the rest of the run, from a seed tied to the iteration
-        self.rollout.pool.reset(seed=self.cfg.seed + 7919 * self.iteration)
+        self.rollout.pool.reset(seed=self.ranks.seed(self.cfg.seed) + 7919 * self.iteration)

@@ -3,8 +3,8 @@
 Gymnasium is an optional extra (``pip install 'grpo-ctrl[gym]'``); nothing
 else in grpo_ctrl imports this module.
 
-* ``PendulumSimEnv``: one environment, a ``gymnasium.Env``.
-* ``PendulumSimVectorEnv``: ``num_envs`` environments stepped in one C call,
+* ``SimEnv``: one environment, a ``gymnasium.Env``.
+* ``SimVectorEnv``: ``num_envs`` environments stepped in one C call,
   a ``gymnasium.vector.VectorEnv``.
 
 Both work for every plant (``system="pendulum" | "cartpole" | "furuta"``)
@@ -12,7 +12,7 @@ and take the model overrides of ``BatchSim`` (``delay=2``,
 ``noise_std=[...]``, ...). Episodes end inside the simulator: ``truncated``
 comes at the preset's ``max_steps``, so do not add a ``TimeLimit`` wrapper.
 
->>> env = PendulumSimEnv("pendulum", preset="gym")
+>>> env = SimEnv("pendulum", preset="gym")
 >>> obs, info = env.reset(seed=0)
 >>> obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
 """
@@ -42,18 +42,18 @@ def _spaces(sim: BatchSim) -> tuple[spaces.Box, spaces.Box]:
     everything else is unbounded (the largest float32, as CartPole-v1 says it)."""
     m, spec = sim.model, sim.spec
     high = np.full(spec.nobs, np.finfo(np.float32).max, np.float32)
-    for k, name in enumerate(spec.obs_names):
-        if name.startswith(("cos_", "sin_")):
-            high[k] = 1.0
-        elif name in spec.state_names and name != "x_dot" and m.v_max > 0:
-            if m.noise_std[spec.state_names.index(name)] == 0:
-                high[k] = m.v_max
+    for k in range(spec.nx):
+        i = spec.obs_index[k]
+        if spec.angles[k]:
+            high[i:i + 2] = 1.0  # its cosine and sine
+        elif spec.angular_velocities[k] and m.v_max > 0 and m.noise_std[k] == 0:
+            high[i] = m.v_max
     u_max = np.float32(spec.u_max)
     return (spaces.Box(-high, high, dtype=np.float32),
             spaces.Box(-u_max, u_max, shape=(1,), dtype=np.float32))
 
 
-class PendulumSimEnv(gymnasium.Env):
+class SimEnv(gymnasium.Env):
     """One simulated plant as a ``gymnasium.Env``.
 
     ``reset(seed=s)`` reseeds the simulator's RNG (start states and sensor
@@ -90,7 +90,7 @@ class PendulumSimEnv(gymnasium.Env):
         return obs[0].copy(), float(reward[0]), bool(terminated[0]), bool(truncated[0]), {}
 
 
-class PendulumSimVectorEnv(VectorEnv):
+class SimVectorEnv(VectorEnv):
     """``num_envs`` simulated plants as one ``gymnasium.vector.VectorEnv``,
     stepped together in C.
 
@@ -140,3 +140,7 @@ class PendulumSimVectorEnv(VectorEnv):
             info = {"final_obs": final_obs, "_final_obs": ended.copy(),
                     "final_info": {}, "_final_info": ended.copy()}
         return obs.copy(), reward.copy(), terminated.copy(), truncated.copy(), info
+
+
+# the names before cart-pole and Furuta joined (deprecated)
+PendulumSimEnv, PendulumSimVectorEnv = SimEnv, SimVectorEnv

@@ -35,6 +35,8 @@ import torch.nn.functional as F
 
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write
+from grpo_ctrl.plant import plant_spec
+from grpo_ctrl.run_folder import BEST, checkpoint_path, run_of
 
 CHECKPOINT_FORMAT = "grpo-ctrl-policy-v1"
 ACTIVATIONS = {"relu": nn.ReLU, "elu": nn.ELU, "tanh": nn.Tanh}
@@ -68,7 +70,12 @@ class RunningNorm:
 
     def update(self, x: torch.Tensor) -> None:
         x = x.reshape(-1, self.mean.numel()).double()
-        n, m, v = x.shape[0], x.mean(0), x.var(0, unbiased=False)
+        self.merge(x.shape[0], x.mean(0), x.var(0, unbiased=False))
+
+    def merge(self, n: float, m: torch.Tensor, v: torch.Tensor) -> None:
+        """Fold in the moments of n new observations: their mean m and their
+        (biased) variance v. Data-parallel training passes those of the whole
+        batch across processes (grpo_ctrl/distributed.py)."""
         total = self.count + n
         delta = m - self.mean
         self.mean = self.mean + delta * n / total
@@ -217,22 +224,7 @@ def read_checkpoint(path: Path) -> dict:
     return ck
 
 
-def checkpoint_path(path: Path, which: str = "best") -> Path:
-    """The checkpoint a run folder or file names: ``best.pt`` of a run folder
-    by default (``latest.pt`` if there is no best yet)."""
-    path = Path(path)
-    if path.is_dir():
-        for name in (f"{which}.pt", "latest.pt"):
-            if (path / name).is_file():
-                return path / name
-        raise UserError(f"run folder {str(path)!r} has no checkpoint ({which}.pt or latest.pt); "
-                        "is training finished, or is this the right folder?")
-    if not path.exists():
-        raise UserError(f"{str(path)!r} does not exist; name a run folder or a checkpoint file")
-    return path
-
-
-def load_policy(path: Path, which: str = "best") -> tuple[GaussianPolicy, dict, Path]:
+def load_policy(path: Path, which: str = BEST) -> tuple[GaussianPolicy, dict, Path]:
     ck_path = checkpoint_path(path, which)
     ck = read_checkpoint(ck_path)
     try:
@@ -242,19 +234,17 @@ def load_policy(path: Path, which: str = "best") -> tuple[GaussianPolicy, dict, 
                         "retrain or point at another checkpoint") from None
 
 
-def load_policy_controller(path, which: str = "best") -> PolicyController:
+def load_policy_controller(path, which: str = BEST) -> PolicyController:
     """The deterministic controller of a run folder (its best checkpoint by
     default) or of a checkpoint file, per grpo_ctrl.controller's contract.
     ``.source_info`` = {run, checkpoint, sha256} of what it was loaded from."""
-    from grpo_ctrl.sim import BatchSim
     policy, ck, ck_path = load_policy(Path(path), which)
     try:
-        spec = BatchSim(ck["system"], 1, preset=ck["preset"]).spec
+        spec = plant_spec(ck["system"], ck["preset"])
     except ValueError as e:
         raise UserError(f"{str(ck_path)!r} names a plant this simulator lacks: {e}") from None
     digest = hashlib.sha256(ck_path.read_bytes()).hexdigest()
-    run = ck_path.parent if Path(path).is_dir() or ck_path.parent.joinpath("config.toml").exists() \
-        else None
+    run = run_of(path, ck_path)
     info = {"run": str(run) if run is not None else "", "checkpoint": str(ck_path),
             "sha256": digest, "randomize": json.dumps(ck.get("randomize", {}))}
     return PolicyController(policy, spec, info)

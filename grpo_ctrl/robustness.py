@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grpo_ctrl.baselines.evaluate import Episodes, run_episodes
+from grpo_ctrl.closed_loop import Episodes, run_episodes
 from grpo_ctrl.files import atomic_write, save_figure
 from grpo_ctrl.randomize import Randomization
 from grpo_ctrl.sim import BatchSim

@@ -1,4 +1,4 @@
-"""Python face of the C simulator: the one module that reaches ``csrc/``.
+"""Python face of the C simulator; it and ``grpo_ctrl.plant`` alone reach ``csrc/``.
 
 ``BatchSim`` steps ``num_envs`` copies of one plant in one C call. Its state
 lives in numpy arrays (structure-of-arrays, component-major) that the C code
@@ -14,11 +14,13 @@ with ``copy=False``): copy them if you keep them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from grpo_ctrl._pendsim import ffi, lib
+# PlantSpec, systems, presets and default_preset live in the plant layer; they
+# stay importable from here, where they used to be
+from grpo_ctrl.plant import (PlantSpec, default_preset, init_model, presets,  # noqa: F401
+                             spec_of_model, systems)
 from grpo_ctrl.randomize import Randomization
 
 MAX_DELAY = lib.PS_MAX_DELAY
@@ -43,59 +45,6 @@ _ERRORS = {
 _PLANT_ARRAYS = {"delay": (np.int32, False), "motor_k": (np.float64, False),
                  "torque_noise": (np.float64, False), "offset": (np.float64, True)}
 _ACTUATOR_ARRAYS = {"tau": np.float64, "push": np.float64, "push_left": np.int32}
-
-
-def systems() -> list[str]:
-    """Names of the plants the simulator knows."""
-    return [ffi.string(lib.ps_system_name(s)).decode() for s in range(lib.PS_NUM_SYSTEMS)]
-
-
-def presets(system: str) -> list[str]:
-    """Names of the parameter presets of ``system``."""
-    sid = _system_id(system)
-    return [ffi.string(lib.ps_preset_name(sid, k)).decode()
-            for k in range(lib.ps_num_presets(sid))]
-
-
-def default_preset(system: str) -> str:
-    return presets(system)[0]
-
-
-def _system_id(system: str) -> int:
-    sid = lib.ps_system_id(system.encode()) if isinstance(system, str) else -1
-    if sid < 0:
-        raise ValueError(f"unknown system {system!r}; choose one of {systems()}")
-    return sid
-
-
-def _names(fn, sid: int, n: int) -> tuple[str, ...]:
-    return tuple(ffi.string(fn(sid, k)).decode() for k in range(n))
-
-
-@dataclass(frozen=True)
-class PlantSpec:
-    """What a controller needs to know of a plant: sizes, names and limits."""
-    system: str
-    preset: str
-    dt: float
-    u_max: float
-    max_steps: int
-    state_names: tuple[str, ...]
-    obs_names: tuple[str, ...]
-    param_names: tuple[str, ...]
-    action_name: str
-    action_unit: str
-
-    @property
-    def nx(self) -> int:
-        return len(self.state_names)
-
-    @property
-    def nobs(self) -> int:
-        return len(self.obs_names)
-
-
-_ACTION = {"pendulum": ("torque", "N*m"), "cartpole": ("force", "N"), "furuta": ("voltage", "V")}
 
 
 def _check_indices(idx, n: int, what: str) -> np.ndarray:
@@ -132,27 +81,16 @@ class BatchSim:
     def __init__(self, system: str = "pendulum", num_envs: int = 1, preset: str | None = None,
                  seed: int = 0, autoreset: bool = False,
                  randomize: Randomization | None = None, hold_plant: bool = False, **model):
-        sid = _system_id(system)
-        preset = default_preset(system) if preset is None else preset
         if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
-        self._model = ffi.new("ps_model *")
-        if lib.ps_model_init(self._model, sid, preset.encode()) != lib.PS_OK:
-            raise ValueError(f"unknown preset {preset!r} for system {system!r}; "
-                             f"choose one of {presets(system)}")
+        self._model, preset = init_model(system, preset)
         self._apply_overrides(model)
+        self.spec = spec_of_model(self._model, preset)
         self.randomize = randomize if randomize is not None else Randomization()
         self._apply_randomization(self.randomize, hold_plant)
         m = self._model
         self.system, self.preset, self.num_envs = system, preset, int(num_envs)
         self.autoreset = bool(autoreset)
-        self.spec = PlantSpec(
-            system=system, preset=preset, dt=float(m.dt), u_max=float(m.u_max),
-            max_steps=int(m.max_steps),
-            state_names=_names(lib.ps_state_name, sid, m.nx),
-            obs_names=_names(lib.ps_obs_name, sid, m.nobs),
-            param_names=_names(lib.ps_param_name, sid, m.nparam),
-            action_name=_ACTION[system][0], action_unit=_ACTION[system][1])
         B = self.num_envs
         # state, component-major (structure-of-arrays)
         self._x = np.zeros((m.nx, B))
@@ -230,14 +168,13 @@ class BatchSim:
 
     def _apply_randomization(self, r: Randomization, hold_plant: bool) -> None:
         """The C model's plant mode and absolute ranges from ``r``."""
-        m, sid = self._model, self._model.system
-        states = _names(lib.ps_state_name, sid, m.nx)
-        params = _names(lib.ps_param_name, sid, m.nparam)
+        m = self._model
+        states, params = self.spec.state_names, self.spec.param_names
         unknown = sorted((set(r.scale) | set(r.absolute)) - set(params))
         unknown += sorted(set(r.noise_std) - set(states))
         if unknown:
             raise ValueError(f"randomize names {unknown} are not parameters {list(params)} "
-                             f"or states {list(states)} of {ffi.string(lib.ps_system_name(sid)).decode()}")
+                             f"or states {list(states)} of {self.spec.system}")
         for name, std in r.noise_std.items():
             m.noise_std[states.index(name)] = std
         if hold_plant:

@@ -1,12 +1,12 @@
-"""``grpo-ctrl train``: run GRPO on one plant, writing a run folder.
-
-The run folder holds ``config.toml`` (the resolved configuration, loadable
-with ``--config``), ``metrics.jsonl`` (one line per iteration),
-``curve.png`` (the training curve), and the checkpoints ``latest.pt`` and
-``best.pt`` (best deterministic evaluation return so far).
+"""``grpo-ctrl train``: run GRPO on one plant, writing a run folder
+(its files: ``grpo_ctrl.run_folder``).
 
 Configuration precedence: per-plant defaults < ``--config`` file < flags.
 Every ``GRPOConfig`` field is a flag (``num_starts`` -> ``--num-starts``).
+
+Data-parallel training (docs/distributed.md): ``--nproc N`` starts N local
+workers; under ``torchrun`` (``python -m grpo_ctrl train ...``) each process
+the launcher starts is one rank. Rank 0 evaluates and writes the run folder.
 The plant's domain randomisation is the file's ``[randomize]`` table
 (``grpo_ctrl.randomize.Randomization`` fields) over the plant's default
 ranges, then ``--randomize KEY=VALUE`` flags; ``config.toml`` records it.
@@ -16,19 +16,28 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
-import tomllib
 from dataclasses import asdict, fields
 from datetime import datetime
 from pathlib import Path
 
+try:
+    import tomllib  # novermin: 3.10 takes the except branch
+except ModuleNotFoundError:  # Python 3.10: tomli is the same parser (pyproject requires it there)
+    import tomli as tomllib
+
+from grpo_ctrl import distributed
+from grpo_ctrl.distributed import Ranks
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write, save_figure
 from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import CHOICES, GRPOConfig, check_config, default_config
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
+from grpo_ctrl.run_folder import BEST, CONFIG, CURVE, LATEST, METRICS, checkpoint_file
+from grpo_ctrl.plant import presets, systems, default_preset
 from grpo_ctrl.randomize import Randomization, default_randomization, with_overrides
-from grpo_ctrl.sim import BatchSim, presets, systems, default_preset
+from grpo_ctrl.sim import BatchSim
 
 # what config.toml holds besides the GRPOConfig fields
 RUN_KEYS = ("system", "preset", "randomize")
@@ -43,6 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue the run in --out from its latest checkpoint for another "
                         "--time-budget seconds")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="data-parallel worker processes on this machine, one per core "
+                        "(default 1; overlap is off with more than one; under torchrun the "
+                        "launcher sets the processes: leave this out)")
     p.add_argument("--randomize", action="append", default=[], metavar="KEY=VALUE",
                    help="domain randomisation over the plant's default ranges (pendulum/rig "
                         "and furuta/qube-servo2 draw by default; docs/robustness.md): "
@@ -72,6 +85,8 @@ def read_toml(path: str) -> dict:
             data = tomllib.load(fh)
     except FileNotFoundError:
         raise UserError(f"config file {path!r} does not exist") from None
+    except OSError as e:  # a folder, or unreadable
+        raise UserError(f"cannot read config file {path!r}: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"config file {path!r} is not valid TOML: {e}") from None
     known = {f.name for f in fields(GRPOConfig)} | set(RUN_KEYS)
@@ -112,9 +127,10 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
     if args.resume:
         if out is None:
             raise UserError("--resume needs --out RUN_FOLDER (the run to continue)")
-        if not (out / "config.toml").is_file() or not (out / "latest.pt").is_file():
-            raise UserError(f"cannot resume {str(out)!r}: it has no config.toml and latest.pt")
-        file_cfg = read_toml(str(out / "config.toml"))
+        if not (out / CONFIG).is_file() or not (out / checkpoint_file(LATEST)).is_file():
+            raise UserError(f"cannot resume {str(out)!r}: it has no {CONFIG} and "
+                            f"{checkpoint_file(LATEST)}")
+        file_cfg = read_toml(str(out / CONFIG))
     if args.config:
         file_cfg.update(read_toml(args.config))
     system = args.system or file_cfg.get("system") or "pendulum"
@@ -159,10 +175,14 @@ class RunFolder:
     def __init__(self, out: Path, system: str, preset: str, cfg: GRPOConfig, resume: bool,
                  randomize: Randomization):
         self.out = out
-        out.mkdir(parents=True, exist_ok=True)
-        write_toml(out / "config.toml", {"system": system, "preset": preset, **asdict(cfg),
-                                         "randomize": randomize.to_table()})
-        self.metrics = open(out / "metrics.jsonl", "a" if resume else "w")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"cannot create run folder {str(out)!r}: {e.strerror or e}; choose "
+                            "another --out") from None
+        write_toml(out / CONFIG, {"system": system, "preset": preset, **asdict(cfg),
+                                  "randomize": randomize.to_table()})
+        self.metrics = open(out / METRICS, "a" if resume else "w")
 
     def log(self, row: dict) -> None:
         self.metrics.write(json.dumps(row) + "\n")
@@ -172,7 +192,7 @@ class RunFolder:
         ck = trainer.policy.checkpoint(trainer.spec, asdict(trainer.cfg),
                                        {**extra, "trainer": trainer.state(),
                                         "randomize": trainer.randomize.to_table()})
-        save_checkpoint(ck, self.out / f"{name}.pt")
+        save_checkpoint(ck, self.out / checkpoint_file(name))
 
     def close(self) -> None:
         self.metrics.close()
@@ -211,37 +231,46 @@ def plot_curve(metrics_path: Path, png: Path) -> None:
 
 
 def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: bool = False,
-          progress: bool = True, on_iteration=None,
+          progress: bool = True, on_iteration=None, ranks: Ranks | None = None,
           randomize: Randomization | None = None) -> dict:
     """Train until the time budget or iteration limit; returns a summary.
     ``on_iteration(trainer, row)`` is called after every iteration (the
     benchmark snapshots the policy there); its time is not training time.
+    In data-parallel training every rank calls this; rank 0's clock decides
+    the schedule and the stop, and rank 0 alone evaluates and writes ``out``.
     ``randomize``: the plant's ranges (default: ``default_randomization``)."""
     from tqdm import tqdm
+    ranks = ranks or Ranks.current()
     if randomize is None:
         randomize = default_randomization(system, preset)
-    trainer = Trainer(cfg, system, preset, randomize)
-    folder = RunFolder(out, system, preset, cfg, resume, randomize) if out is not None else None
+    trainer = Trainer(cfg, system, preset, ranks, randomize)
+    folder = RunFolder(out, system, preset, cfg, resume, randomize) \
+        if out is not None and ranks.is_main else None
     wall, best, evals_done = 0.0, -math.inf, 0
     if resume:
-        ck = read_checkpoint(out / "latest.pt")
+        ck = read_checkpoint(out / checkpoint_file(LATEST))
         trainer.load_state(GaussianPolicy.from_checkpoint(ck), ck["trainer"])
         wall, best = float(ck.get("wall_time", 0.0)), float(ck.get("best_return", -math.inf))
     start_wall, next_eval = wall, wall
     budget = cfg.time_budget if cfg.time_budget > 0 else math.inf
     bar = tqdm(total=None if math.isinf(budget) else round(budget, 1), unit="s",
-               disable=not progress,
+               disable=not progress or not ranks.is_main,
                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}{postfix}]")
     last_eval = None
     try:
-        while wall - start_wall < budget and (cfg.iterations == 0 or
-                                              trainer.iteration < cfg.iterations):
+        while True:
+            go = wall - start_wall < budget and (cfg.iterations == 0 or
+                                                 trainer.iteration < cfg.iterations)
+            wall, go = ranks.agree([wall, go])  # rank 0's clock, on every rank
+            if not go:
+                break
             t0 = time.perf_counter()
             trainer.set_progress(max((wall - start_wall) / budget,
                                      trainer.iteration / cfg.iterations if cfg.iterations else 0.0))
             row = trainer.step()
             row["eval_return"] = row["eval_success"] = None
-            if wall >= next_eval or (cfg.iterations and trainer.iteration >= cfg.iterations):
+            if ranks.is_main and (wall >= next_eval or
+                                  (cfg.iterations and trainer.iteration >= cfg.iterations)):
                 last_eval, row["eval_success"] = trainer.evaluate()
                 row["eval_return"] = last_eval
                 next_eval = wall + cfg.eval_every
@@ -257,8 +286,8 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
                     extra = {"wall_time": wall, "best_return": max(best, last_eval),
                              "eval_return": last_eval}
                     if last_eval > best:
-                        folder.checkpoint(trainer, "best", extra)
-                    folder.checkpoint(trainer, "latest", extra)
+                        folder.checkpoint(trainer, BEST, extra)
+                    folder.checkpoint(trainer, LATEST, extra)
             if last_eval is not None:
                 best = max(best, last_eval)
             if not math.isinf(budget):
@@ -277,26 +306,60 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
             final_eval, _ = trainer.evaluate()
             extra = {"wall_time": wall, "best_return": max(best, final_eval),
                      "eval_return": final_eval}
-            if final_eval > best or not (out / "best.pt").exists():
-                folder.checkpoint(trainer, "best", extra)
+            if final_eval > best or not (out / checkpoint_file(BEST)).exists():
+                folder.checkpoint(trainer, BEST, extra)
             best = max(best, final_eval)
-            folder.checkpoint(trainer, "latest", extra)
+            folder.checkpoint(trainer, LATEST, extra)
             folder.close()
-            plot_curve(out / "metrics.jsonl", out / "curve.png")
+            plot_curve(out / METRICS, out / CURVE)
     return {"trainer": trainer, "best_return": best, "wall_time": wall,
             "iterations": trainer.iteration, "out": out}
 
 
 def run(args) -> int:
     system, preset, cfg, out, randomize = resolve(args)
-    print(f"training {system}/{preset} into {out} for "
-          f"{cfg.time_budget:g} s" + (f" or {cfg.iterations} iterations" if cfg.iterations else "")
-          + ("; rollouts on the second core (--overlap false: one core)" if cfg.overlap else "")
-          + ("; plants randomised (docs/robustness.md; --randomize off: nominal)"
-             if randomize.active else ""))
-    summary = train(system, preset, cfg, out, resume=args.resume, progress=not args.quiet,
-                    randomize=randomize)
-    print(f"done: {summary['iterations']} iterations in {summary['wall_time']:.1f} s; best "
-          f"evaluation return {summary['best_return']:.1f} ({cfg.eval_episodes} episodes); "
-          f"run folder {out} (evaluate with `grpo-ctrl eval {out}`)")
+    launched = distributed.torchrun_world()
+    if launched is not None and args.nproc is not None:
+        raise UserError("--nproc starts local workers, but torchrun already started this one: "
+                        "leave --nproc out (torchrun's --nproc-per-node sets the processes)")
+    world = launched if launched is not None else 1 if args.nproc is None else args.nproc
+    if world < 1:
+        raise UserError(f"--nproc must be at least 1, got {world}")
+    if world > 1:
+        if args.overlap:
+            raise UserError("--overlap true and more than one process both want the spare "
+                            "cores: drop --overlap (one rank per core is faster)")
+        cfg.overlap = False
+        Ranks(0, world).local_config(cfg)  # each rank's share is whole and valid
+    work = (system, preset, cfg, out, args.resume, not args.quiet, randomize)
+    if launched is not None:
+        distributed.run_from_env(_train_and_report, work)
+    elif world > 1:
+        try:
+            distributed.launch(world, _train_and_report, work)
+        except distributed.WorkerFailed as e:
+            print(f"grpo-ctrl train: error: {e}", file=sys.stderr)
+            return 1
+    else:
+        _train_and_report(*work)
     return 0
+
+
+def _train_and_report(system: str, preset: str, cfg: GRPOConfig, out: Path, resume: bool,
+                      progress: bool, randomize: Randomization) -> None:
+    """Train as this process's rank; rank 0 says what it does."""
+    ranks = Ranks.current()
+    if ranks.is_main:
+        print(f"training {system}/{preset} into {out} for {cfg.time_budget:g} s"
+              + (f" or {cfg.iterations} iterations" if cfg.iterations else "")
+              + ("; rollouts on the second core (--overlap false: one core)" if cfg.overlap
+                 else "")
+              + (f"; {ranks.world} data-parallel processes" if ranks.world > 1 else "")
+              + ("; plants randomised (docs/robustness.md; --randomize off: nominal)"
+                 if randomize.active else ""), flush=True)
+    summary = train(system, preset, cfg, out, resume=resume, progress=progress, ranks=ranks,
+                    randomize=randomize)
+    if ranks.is_main:
+        print(f"done: {summary['iterations']} iterations in {summary['wall_time']:.1f} s; best "
+              f"evaluation return {summary['best_return']:.1f} ({cfg.eval_episodes} episodes); "
+              f"run folder {out} (evaluate with `grpo-ctrl eval {out}`)")

@@ -7,9 +7,9 @@ import scipy.linalg
 import torch
 
 from grpo_ctrl.baselines import make_controller
-from grpo_ctrl.baselines.evaluate import (evaluate, evaluate_on_gymnasium_pendulum,
-                                          near_upright_start)
-from grpo_ctrl.baselines.linearize import discrete_by_simulation, expm, linearize, zoh
+from grpo_ctrl.closed_loop import (evaluate, evaluate_on_gymnasium_pendulum,
+                                   near_upright_start)
+from grpo_ctrl.baselines.linearize import discrete_by_simulation, linearize
 from grpo_ctrl.baselines.lqr import design, dlqr, solve_dare
 from grpo_ctrl.baselines.swingup import make_swingup_lqr
 from grpo_ctrl.cli import main
@@ -37,11 +37,14 @@ def test_finite_difference_jacobian_matches_the_analytic_one_for_the_pendulum(pr
     np.testing.assert_allclose(B, B_exact, rtol=1e-8)
 
 
-def test_expm_matches_scipy():
-    rng = np.random.default_rng(0)
-    for scale in (1e-3, 0.3, 5.0, 40.0):
-        M = scale * rng.normal(size=(5, 5))
-        np.testing.assert_allclose(expm(M), scipy.linalg.expm(M), rtol=1e-10, atol=1e-12)
+def zoh(A: np.ndarray, B: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
+    """Exact zero-order-hold discretisation: ``expm([[A, B], [0, 0]] dt)``
+    holds ``Ad`` and ``Bd`` in its top block row."""
+    nx, nu = B.shape
+    M = np.zeros((nx + nu, nx + nu))
+    M[:nx, :nx], M[:nx, nx:] = A, B
+    E = scipy.linalg.expm(M * dt)
+    return E[:nx, :nx], E[:nx, nx:]
 
 
 @pytest.mark.parametrize("system,preset", [("pendulum", "rig"), ("cartpole", "swingup"),
@@ -204,7 +207,7 @@ def test_controllers_keep_the_contract(name, system, preset):
 def test_controllers_export_bit_exactly_to_onnx_and_c(name, system, preset):
     # gains up to 86 N/rad turn one unit in the last place of an angle into
     # more than the export's 1e-5 tolerance; the controllers are built from
-    # export.portable's ops, which torch, onnxruntime and C round alike
+    # baselines.portable's ops, which torch, onnxruntime and C round alike
     import onnxruntime
 
     from grpo_ctrl.export.c_build import check_c, host_cc

@@ -10,7 +10,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from grpo_ctrl.gym_env import PendulumSimEnv, PendulumSimVectorEnv
+from grpo_ctrl.gym_env import SimEnv, SimVectorEnv
 from grpo_ctrl.sim import presets, systems
 
 ALL_PRESETS = [(s, p) for s in systems() for p in presets(s)]
@@ -18,7 +18,7 @@ ALL_PRESETS = [(s, p) for s in systems() for p in presets(s)]
 
 @pytest.mark.parametrize("system,preset", ALL_PRESETS)
 def test_passes_gymnasiums_env_checker(system, preset):
-    env = PendulumSimEnv(system, preset=preset)
+    env = SimEnv(system, preset=preset)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         check_env(env, skip_render_check=True)
@@ -28,7 +28,7 @@ def test_passes_gymnasiums_env_checker(system, preset):
 
 
 def test_matches_gymnasium_pendulum_v1_from_the_same_start():
-    ours = PendulumSimEnv("pendulum", preset="gym")
+    ours = SimEnv("pendulum", preset="gym")
     theirs = gym.make("Pendulum-v1")
     rng = np.random.default_rng(0)
     for episode in range(5):
@@ -49,7 +49,7 @@ def test_matches_gymnasium_pendulum_v1_from_the_same_start():
 
 
 def test_seeding():
-    env = PendulumSimEnv("cartpole", preset="swingup")
+    env = SimEnv("cartpole", preset="swingup")
     a, _ = env.reset(seed=3)
     b, _ = env.reset(seed=3)
     c, _ = env.reset(seed=4)
@@ -60,7 +60,7 @@ def test_seeding():
 
 
 def test_bad_action_is_a_clear_error():
-    env = PendulumSimEnv()
+    env = SimEnv()
     env.reset(seed=0)
     with pytest.raises(ValueError, match="one number"):
         env.step(np.zeros(2, np.float32))
@@ -74,8 +74,8 @@ def test_vector_env_matches_sync_vector_env_of_single_envs(system, preset):
     SyncVectorEnv (same-step autoreset) over single envs agree on every
     output, final_obs included, across many episode ends."""
     n = 8
-    ours = PendulumSimVectorEnv(n, system, preset=preset)
-    theirs = SyncVectorEnv([lambda: PendulumSimEnv(system, preset=preset)] * n,
+    ours = SimVectorEnv(n, system, preset=preset)
+    theirs = SyncVectorEnv([lambda: SimEnv(system, preset=preset)] * n,
                            autoreset_mode=AutoresetMode.SAME_STEP)
     assert ours.metadata["autoreset_mode"] == theirs.metadata["autoreset_mode"]
     assert ours.observation_space == theirs.observation_space
@@ -106,7 +106,7 @@ def test_vector_env_matches_sync_vector_env_of_single_envs(system, preset):
 
 
 def test_vector_env_seeds_and_partial_reset():
-    env = PendulumSimVectorEnv(4, "pendulum", preset="rig")
+    env = SimVectorEnv(4, "pendulum", preset="rig")
     a, _ = env.reset(seed=[5, 6, 7, 8])
     b, _ = env.reset(seed=5)  # seed s gives environment i the seed s + i
     np.testing.assert_array_equal(a, b)

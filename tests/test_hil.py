@@ -6,13 +6,14 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from grpo_ctrl.firmware_bridge import protocol as P
 from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil, spawn_hil
-from grpo_ctrl.firmware_bridge.host import Link
+from grpo_ctrl.firmware_bridge.link import Link
 from grpo_ctrl.sim import BatchSim
 
 RIG_PERIOD_US = 5000
@@ -35,7 +36,7 @@ class Client:
                 msg = P.decode_message(f)
                 self.frames.append((f, msg, time.monotonic()))
                 if answer is not None and isinstance(msg, P.State):
-                    self.link.send(P.Command(answer(msg), f.seq))
+                    self.link.send(P.Command(answer(msg), f.seq, msg.t_us))
 
     def request(self, message, kind, timeout=1.0):
         seq, _ = self.link.send(message)
@@ -241,7 +242,7 @@ def test_link_reads_a_burst_larger_than_one_read_without_losing_a_frame():
     link = Link(os.ttyname(slave))
     try:
         link.flush_input()
-        wire = b"".join(P.encode(P.Heartbeat(), seq) for seq in range(3000))
+        wire = b"".join(P.encode(P.Param(0, 0, 0.0), seq) for seq in range(3000))
         assert len(wire) > 4 * 4096
         sent, got, end = 0, [], time.monotonic() + 10
         while len(got) < 3000 and time.monotonic() < end:
@@ -252,10 +253,82 @@ def test_link_reads_a_burst_larger_than_one_read_without_losing_a_frame():
                     pass
             got += link.poll(0.01)
         assert [f.seq for f in got] == list(range(3000))
-        os.write(master, P.encode(P.Heartbeat(), 3000))  # a new edge after the drain
+        os.write(master, P.encode(P.Param(0, 0, 0.0), 3000))  # a new edge after the drain
         late = link.poll(1.0)
         assert [f.seq for f in late] == [3000]
     finally:
         link.close()
         os.close(master)
         os.close(slave)
+
+
+def test_on_device_lqr_balances_the_hil_pendulum_while_the_host_supervises():
+    """On-device control in the HIL: the rig's LQR gain, linked as the device's
+    controller (u = -K obs on the observation the device builds), switched on
+    through the protocol; the host only sets limits, arms and keeps the
+    watchdog fed with commands whose values (here far off) are ignored."""
+    from grpo_ctrl.baselines.lqr import design
+
+    k_th, k_thd = design("pendulum", "rig").K[0]
+    gains = (0.0, k_th, k_thd)  # on [cos th, sin th, thd]: sin th ~ th near upright
+    with serve_hil(HilConfig(system="pendulum", preset="rig", angle0=0.15,
+                             device_gains=gains)) as hil:
+        c = Client(hil.port)
+        try:
+            info = c.request(P.Hello(), P.Info)
+            assert (info.controller, info.control_source) == (1, P.CONTROL_HOST)
+            # the host's timing no longer matters to the loop: a watchdog of
+            # 0.5 s supervises it (this client is plain Python on a busy machine)
+            assert c.request(P.ParamSet(P.PARAMS["watchdog_us"], 500000), P.Param).result == 0
+            q = c.request(P.ParamSet(P.PARAMS["control_source"], P.CONTROL_ON_DEVICE), P.Param)
+            assert (q.result, q.value) == (0, P.CONTROL_ON_DEVICE)
+            assert c.request(P.Arm(), P.Ack).result == 0
+            c.pump(3.0, answer=lambda s: -0.15)              # moot: the device controls
+            armed = [s for _, s in c.of(P.State) if s.mode == P.MODE_ARMED]
+            assert len(armed) > 500 and all(s.flags & P.FLAG_ON_DEVICE for s in armed)
+            # each STATE's actuator is -K obs of that STATE's own measurement
+            # (the device uses its unrounded velocity: within a count/s)
+            for s in armed[::25]:
+                th = 2 * math.pi * s.pos[0] / CPR
+                u = -(k_th * math.sin(th) + k_thd * 2 * math.pi * s.vel[0] / CPR)
+                assert s.actuator == pytest.approx(np.clip(u, -0.15, 0.15), abs=abs(k_thd) * 0.01)
+            ack = c.request(P.Disarm(), P.Ack)
+            assert ack.result == 0
+        finally:
+            c.close()
+        trace = hil.trace()
+    on = trace["mode"] == P.MODE_ARMED
+    assert on.sum() > 500
+    th = trace["x"][on, 0]
+    assert abs(th[0]) > 0.1 and np.max(np.abs(th[-200:])) < 0.02   # balanced, upright
+    assert not c.of(P.Fault)
+
+
+def test_run_loop_supervises_on_device_control_then_takes_the_loop_back(tmp_path):
+    """``run_loop(on_device=True)`` (``grpo-ctrl run --on-device``): the device's
+    LQR balances, the host arms, logs and disarms; a host-mode run that follows
+    on the same device switches control back to the host by itself."""
+    from grpo_ctrl.baselines.lqr import design
+    from grpo_ctrl.errors import UserError
+    from grpo_ctrl.firmware_bridge.host import run_loop
+    from grpo_ctrl.firmware_bridge.telemetry import read_telemetry
+
+    quiet = dict(print_fn=lambda *_: None, plot=False)
+    with serve_hil(HilConfig(system="pendulum", preset="rig", angle0=0.2)) as hil:
+        with pytest.raises(UserError, match="no controller linked"):
+            run_loop(hil.port, None, 1.0, None, on_device=True, **quiet)
+    k_th, k_thd = design("pendulum", "rig").K[0]
+    with serve_hil(HilConfig(system="pendulum", preset="rig", angle0=0.2,
+                             device_gains=(0.0, k_th, k_thd), watchdog_ms=100)) as hil:
+        s = run_loop(hil.port, None, 2.0, tmp_path / "on.csv", on_device=True, **quiet)
+        assert s["ended"] == "completed" and s["disarm_acknowledged"]
+        states = [r for r in read_telemetry(tmp_path / "on.csv") if r["kind"] == "state"]
+        armed = [r for r in states if r["mode"] == P.MODE_ARMED]
+        assert len(armed) > 300 and all(int(r["flags"]) & P.FLAG_ON_DEVICE for r in armed)
+        assert abs(armed[-1]["obs"][1]) < 0.02                       # sin th: upright
+        policy = Path(__file__).parent / "data" / "pendulum-rig-grpo.onnx"
+        s = run_loop(hil.port, policy, 1.0, tmp_path / "host.csv", **quiet)
+        assert s["ended"] == "completed"
+        armed = [r for r in read_telemetry(tmp_path / "host.csv")
+                 if r["kind"] == "state" and r["mode"] == P.MODE_ARMED]
+        assert armed and not any(int(r["flags"]) & P.FLAG_ON_DEVICE for r in armed)

@@ -9,7 +9,7 @@ import torch
 
 from grpo_ctrl import cli, robustness
 from grpo_ctrl.baselines import make_controller
-from grpo_ctrl.baselines.evaluate import command_smoothness
+from grpo_ctrl.closed_loop import command_smoothness
 from grpo_ctrl.sim import BatchSim
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from grpo_ctrl import cli
-from grpo_ctrl.baselines.evaluate import evaluate
+from grpo_ctrl.closed_loop import evaluate
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import GRPOConfig
@@ -211,7 +211,7 @@ def test_every_variant_trains(overrides):
 def test_gym_evaluation_matches_a_plain_gymnasium_loop(run_folder):
     import gymnasium as gym
     from grpo_ctrl.controller import act
-    from grpo_ctrl.evaluate import evaluate_on_gym
+    from grpo_ctrl.closed_loop import evaluate_on_gym
     ctrl = load_policy_controller(run_folder)
     returns = []
     for i in range(3):
@@ -229,7 +229,7 @@ def test_gym_evaluation_matches_a_plain_gymnasium_loop(run_folder):
 
 def test_gym_evaluation_refuses_other_plants():
     from grpo_ctrl.controller import load_controller
-    from grpo_ctrl.evaluate import evaluate_on_gym
+    from grpo_ctrl.closed_loop import evaluate_on_gym
     with pytest.raises(UserError, match="pendulum/gym preset"):
         evaluate_on_gym(load_controller("lqr", "cartpole", "gym"), 2)
 

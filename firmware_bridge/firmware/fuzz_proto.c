@@ -15,16 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_rng.h"
 #include "proto.h"
-
-static uint64_t rng_state;
-static uint32_t rnd(void)
-{
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return (uint32_t)(rng_state >> 16);
-}
 
 static const uint8_t TYPES[] = {MSG_HELLO, MSG_ARM, MSG_DISARM, MSG_COMMAND, MSG_HEARTBEAT,
                                 MSG_PARAM_GET, MSG_PARAM_SET, MSG_STATE, MSG_INFO, MSG_ACK,
@@ -38,7 +30,7 @@ typedef struct {
 int main(int argc, char **argv)
 {
   const size_t want = argc > 1 ? (size_t)strtoull(argv[1], 0, 10) : 1000000u;
-  rng_state = argc > 2 ? strtoull(argv[2], 0, 10) * 2654435761u + 1 : 88172645463325252ull;
+  fuzz_rng_seed(argc > 2 ? argv[2] : 0);
   uint8_t *stream = malloc(want + 4096);
   const size_t max_frames = want / 8 + 16;
   truth *frames = malloc(max_frames * sizeof *frames);
@@ -81,7 +73,7 @@ int main(int argc, char **argv)
   }
 
   proto_decoder d;
-  proto_decoder_init(&d);
+  proto_decoder_init(&d, PROTO_FROM_EITHER);
   proto_frame out;
   size_t accepted = 0, false_accepts = 0, expected = 0, missed = 0;
   char *seen = calloc(nf, 1);

@@ -5,10 +5,32 @@
 #include <string.h>
 
 #define LATENCY_UNKNOWN 0xFFFFFFFFu
+#define WATCHDOG_MAX_US 10000000u  /* 10 s */
+#define TWO_PI 6.2831853f
 
-static uint32_t watchdog_us(const fw_device *d)
+/* [two periods, 10 s]; 0 means two periods. One period would trip on the
+ * first command that arrives a microsecond late. */
+static uint32_t clamp_watchdog(uint32_t w, uint32_t period_us)
 {
-  return d->cfg.watchdog_us ? d->cfg.watchdog_us : 2 * d->cfg.period_us;
+  const uint32_t lo = period_us > WATCHDOG_MAX_US / 2 ? WATCHDOG_MAX_US : 2 * period_us;
+  if (w < lo) return lo;
+  return w > WATCHDOG_MAX_US ? WATCHDOG_MAX_US : w;
+}
+
+/* The velocity low-pass coefficient 1 - exp(-2 pi fc dt) for a tick dt_us
+ * after the previous one (1 without a filter). */
+static float vel_alpha(const fw_device *d, uint32_t dt_us)
+{
+  const float fc = d->cfg.vel_cutoff_hz;
+  return fc > 0 ? 1.0f - expf(-TWO_PI * fc * ((float)dt_us * 1e-6f)) : 1.0f;
+}
+
+/* The coefficient for the nominal period, computed once per change of the
+ * cutoff: a tick on time (within 1/16 period) needs no expf. */
+static void set_vel_cutoff(fw_device *d, float fc)
+{
+  d->cfg.vel_cutoff_hz = fc;
+  d->vel_alpha = vel_alpha(d, d->cfg.period_us);
 }
 
 void fw_init(fw_device *d, const fw_config *cfg, const fw_hw *hw)
@@ -16,17 +38,71 @@ void fw_init(fw_device *d, const fw_config *cfg, const fw_hw *hw)
   memset(d, 0, sizeof *d);
   d->cfg = *cfg;
   if (d->cfg.n_channels > PROTO_MAX_CHANNELS) d->cfg.n_channels = PROTO_MAX_CHANNELS;
-  d->cfg.watchdog_us = watchdog_us(d);
-  if (!(d->cfg.vel_cutoff_hz >= 0.0f)) d->cfg.vel_cutoff_hz = 0.0f;
+  d->cfg.watchdog_us = clamp_watchdog(d->cfg.watchdog_us, d->cfg.period_us);
+  set_vel_cutoff(d, d->cfg.vel_cutoff_hz >= 0.0f ? d->cfg.vel_cutoff_hz : 0.0f);  /* NaN: 0 */
   d->hw = *hw;
-  proto_decoder_init(&d->rx);
+  proto_decoder_init(&d->rx, PROTO_FROM_HOST);
   d->mode = MODE_DISARMED;
+  d->control_source = CONTROL_HOST;
   d->u_limit = cfg->u_max;
   d->rx_latency_max_us = LATENCY_UNKNOWN;
   d->hw.write_actuator(d->hw.ctx, 0.0f);
 }
 
 /* ---------------------------------------------------------------- output */
+/* position i of the ring (i < 2 FW_TX_BUF), without a division */
+static uint16_t ring(uint16_t i) { return i < FW_TX_BUF ? i : (uint16_t)(i - FW_TX_BUF); }
+
+/* Forget the oldest k queued frames' bookkeeping entry k (shift the rest). */
+static void tx_forget(fw_device *d, uint8_t k)
+{
+  d->tx_frames_queued--;
+  for (uint8_t j = k; j < d->tx_frames_queued; ++j) {
+    d->tx_len[j] = d->tx_len[j + 1];
+    d->tx_is_state[j] = d->tx_is_state[j + 1];
+  }
+}
+
+/* Drop queued frame k (not begun on the line): the bytes after it move up. */
+static void tx_remove(fw_device *d, uint8_t k)
+{
+  uint16_t start = d->tx_head;
+  for (uint8_t j = 0; j < k; ++j) start = ring((uint16_t)(start + d->tx_len[j]));
+  const uint8_t len = d->tx_len[k];
+  uint16_t from = ring((uint16_t)(start + len));
+  const uint16_t end = ring((uint16_t)(d->tx_head + d->tx_bytes));
+  while (from != end) {
+    d->tx_buf[start] = d->tx_buf[from];
+    start = ring((uint16_t)(start + 1));
+    from = ring((uint16_t)(from + 1));
+  }
+  d->tx_bytes = (uint16_t)(d->tx_bytes - len);
+  tx_forget(d, k);
+}
+
+void fw_transmit(fw_device *d)
+{
+  while (d->tx_bytes) {
+    const size_t room = d->hw.serial_room ? d->hw.serial_room(d->hw.ctx) : d->tx_bytes;
+    if (room == 0) return;
+    uint16_t n = (uint16_t)(FW_TX_BUF - d->tx_head);  /* contiguous part */
+    if (n > d->tx_bytes) n = d->tx_bytes;
+    if (n > room) n = (uint16_t)room;
+    d->hw.serial_write(d->hw.ctx, d->tx_buf + d->tx_head, n);
+    d->tx_head = ring((uint16_t)(d->tx_head + n));
+    d->tx_bytes = (uint16_t)(d->tx_bytes - n);
+    uint16_t sent = (uint16_t)(d->tx_sent + n);
+    while (d->tx_frames_queued && sent >= d->tx_len[0]) {  /* frames now fully out */
+      sent = (uint16_t)(sent - d->tx_len[0]);
+      tx_forget(d, 0);
+    }
+    d->tx_sent = (uint8_t)sent;
+  }
+}
+
+/* Number a frame and queue it; never blocks. Room is made by dropping the
+ * oldest queued STATE not yet begun; what still does not fit is dropped and
+ * counted (its sequence number is used, so the host counts it lost). */
 static void send(fw_device *d, uint8_t type, const uint8_t *payload, uint8_t len)
 {
   proto_frame f;
@@ -35,9 +111,30 @@ static void send(fw_device *d, uint8_t type, const uint8_t *payload, uint8_t len
   f.seq = d->tx_seq++;
   f.len = len;
   memcpy(f.payload, payload, len);
-  const size_t n = proto_encode(&f, wire);
-  d->hw.serial_write(d->hw.ctx, wire, n);
+  const uint8_t n = (uint8_t)proto_encode(&f, wire);
+  const uint8_t is_state = type == MSG_STATE;
   d->tx_frames++;
+  while (d->tx_bytes + n > FW_TX_BUF || d->tx_frames_queued == FW_TX_FRAMES) {
+    uint8_t k = d->tx_sent ? 1 : 0;
+    while (k < d->tx_frames_queued && !d->tx_is_state[k]) ++k;
+    if (k == d->tx_frames_queued) {  /* no STATE to give up */
+      if (is_state) d->tx_dropped_states++;
+      else d->tx_dropped_replies++;
+      return;
+    }
+    tx_remove(d, k);
+    d->tx_dropped_states++;
+  }
+  uint16_t at = ring((uint16_t)(d->tx_head + d->tx_bytes));
+  for (uint8_t i = 0; i < n; ++i) {
+    d->tx_buf[at] = wire[i];
+    at = ring((uint16_t)(at + 1));
+  }
+  d->tx_bytes = (uint16_t)(d->tx_bytes + n);
+  d->tx_len[d->tx_frames_queued] = n;
+  d->tx_is_state[d->tx_frames_queued] = is_state;
+  d->tx_frames_queued++;
+  fw_transmit(d);
 }
 
 static void send_ack(fw_device *d, const proto_frame *req, uint8_t result)
@@ -59,10 +156,14 @@ static void send_status(fw_device *d, uint8_t type)
   s.rx_crc_errors = d->rx.crc_errors;
   s.rx_bad_frames = d->rx.bad_frames;
   s.rx_overflows = d->rx.overflows;
-  s.tx_frames = d->tx_frames;
+  s.tx_frames = d->tx_frames;  /* = this frame's seq: the frames numbered before it */
   s.watchdog_trips = d->watchdog_trips;
   s.stale_ticks = d->stale_ticks;
   s.late_ticks = d->late_ticks;
+  s.stale_commands = d->stale_commands;
+  s.ignored_commands = d->ignored_commands;
+  s.tx_dropped_states = d->tx_dropped_states;
+  s.tx_dropped_replies = d->tx_dropped_replies;
   send(d, type, p, proto_pack_status(&s, p));
 }
 
@@ -77,11 +178,17 @@ static void send_info(fw_device *d)
   i.angle_mask = d->cfg.angle_mask;
   i.device_id = d->cfg.device_id;
   i.period_us = d->cfg.period_us;
-  i.u_max = d->u_limit;
+  i.u_max = d->cfg.u_max;
+  i.u_limit = d->u_limit;
   memcpy(i.counts_per_unit, d->cfg.counts_per_unit, sizeof i.counts_per_unit);
   i.watchdog_us = d->cfg.watchdog_us;
   memcpy(i.preset, d->cfg.preset, PROTO_PRESET_LEN);
   i.firmware_version = FW_VERSION;
+  i.controller = d->hw.controller != 0;
+  i.control_source = d->control_source;
+  i.vel_cutoff_hz = d->cfg.vel_cutoff_hz;
+  memcpy(i.pos_limit, d->cfg.pos_limit, sizeof i.pos_limit);
+  memcpy(i.vel_limit, d->cfg.vel_limit, sizeof i.vel_limit);
   send(d, MSG_INFO, p, proto_pack_info(&i, p));
 }
 
@@ -90,6 +197,7 @@ static void stop_actuator(fw_device *d)
 {
   d->applied_u = 0.0f;
   d->have_pending = 0;
+  d->have_cmd_seq = 0;  /* a new host may number its commands from anywhere */
   d->hw.write_actuator(d->hw.ctx, 0.0f);
 }
 
@@ -114,6 +222,12 @@ static uint8_t limit_fault(const fw_device *d)
   return FAULT_NONE;
 }
 
+static float clamp_u(const fw_device *d, float u, uint8_t *clamped)
+{
+  *clamped = u > d->u_limit || u < -d->u_limit;
+  return u > d->u_limit ? d->u_limit : (u < -d->u_limit ? -d->u_limit : u);
+}
+
 /* ---------------------------------------------------------------- parameters */
 static uint8_t param_get(const fw_device *d, uint16_t id, float *value)
 {
@@ -126,6 +240,7 @@ static uint8_t param_get(const fw_device *d, uint16_t id, float *value)
   else if (id == PARAM_VEL_CUTOFF_HZ) *value = d->cfg.vel_cutoff_hz;
   else if (id == PARAM_PERIOD_US) *value = (float)d->cfg.period_us;
   else if (id == PARAM_DEVICE_ID) *value = (float)d->cfg.device_id;
+  else if (id == PARAM_CONTROL_SOURCE) *value = (float)d->control_source;
   else return RESULT_UNKNOWN_PARAM;
   return RESULT_OK;
 }
@@ -136,20 +251,33 @@ static uint8_t param_set(fw_device *d, uint16_t id, float v)
   if (param_get(d, id, &ignored) != RESULT_OK) return RESULT_UNKNOWN_PARAM;
   if (id == PARAM_PERIOD_US || id == PARAM_DEVICE_ID) return RESULT_READ_ONLY;
   if (!isfinite(v)) return RESULT_OUT_OF_RANGE;
-  if (id == PARAM_U_LIMIT) {  /* lowering the clamp is safe at any time */
+  if (id == PARAM_U_LIMIT) {  /* lowering the clamp is safe at any time: at once */
     if (!(v > 0 && v <= d->cfg.u_max)) return RESULT_OUT_OF_RANGE;
     d->u_limit = v;
+    uint8_t clamped;
+    const float u = clamp_u(d, d->applied_u, &clamped);
+    if (clamped) {
+      d->applied_u = u;
+      d->applied_flags |= FLAG_CLAMPED;
+      d->hw.write_actuator(d->hw.ctx, u);
+    }
     return RESULT_OK;
   }
   if (id == PARAM_VEL_CUTOFF_HZ) {
     if (!(v >= 0 && v <= 1e5f)) return RESULT_OUT_OF_RANGE;
-    d->cfg.vel_cutoff_hz = v;
+    set_vel_cutoff(d, v);
     return RESULT_OK;
   }
   if (d->mode == MODE_ARMED) return RESULT_BUSY;  /* safety settings: disarmed only */
   if (id == PARAM_WATCHDOG_US) {
-    if (!(v >= (float)d->cfg.period_us && v <= 10e6f)) return RESULT_OUT_OF_RANGE;
+    if (v != floorf(v)) return RESULT_BAD_REQUEST;  /* whole microseconds only */
+    if (!(v >= 2.0f * (float)d->cfg.period_us && v <= (float)WATCHDOG_MAX_US))
+      return RESULT_OUT_OF_RANGE;
     d->cfg.watchdog_us = (uint32_t)v;
+  } else if (id == PARAM_CONTROL_SOURCE) {
+    if (v != CONTROL_HOST && v != CONTROL_ON_DEVICE) return RESULT_OUT_OF_RANGE;
+    if (v == CONTROL_ON_DEVICE && !d->hw.controller) return RESULT_BAD_REQUEST;
+    d->control_source = (uint8_t)v;
   } else {
     if (v < 0) return RESULT_OUT_OF_RANGE;
     if (id < PARAM_VEL_LIMIT0) d->cfg.pos_limit[id - PARAM_POS_LIMIT0] = v;
@@ -162,27 +290,36 @@ static uint8_t param_set(fw_device *d, uint16_t id, float v)
 static void on_command(fw_device *d, const proto_frame *f, uint64_t now)
 {
   proto_command c;
-  if (d->mode != MODE_ARMED || proto_unpack_command(f->payload, f->len, &c) != 0) return;
+  if (proto_unpack_command(f->payload, f->len, &c) != 0) return;
+  if (d->mode != MODE_ARMED) {
+    d->ignored_commands++;
+    return;
+  }
+  /* only a command newer than the last accepted one (by frame seq, modulo
+   * 2^32: 1 .. 2^31 - 1 ahead) counts: a duplicate, a stale or a reordered
+   * frame neither applies nor feeds the watchdog */
+  if (d->have_cmd_seq && (uint32_t)(f->seq - d->last_cmd_seq - 1u) >= 0x7FFFFFFFu) {
+    d->stale_commands++;
+    return;
+  }
+  d->have_cmd_seq = 1;
+  d->last_cmd_seq = f->seq;
+  d->last_cmd_t_us = now;
+  /* latency: this arrival minus the time of the STATE answered, as the
+   * command echoes it (low 32 bits, modulo 2^32) */
+  uint32_t latency = (uint32_t)now - c.state_t_us;
+  if (latency == LATENCY_UNKNOWN) latency--;
+  if (d->rx_latency_max_us == LATENCY_UNKNOWN || latency > d->rx_latency_max_us)
+    d->rx_latency_max_us = latency;
+  if (d->control_source == CONTROL_ON_DEVICE) return;  /* a keep-alive: the value is moot */
   if (!isfinite(c.u)) {
     enter_fault(d, FAULT_BAD_COMMAND);
     return;
   }
-  d->pending_clamped = c.u > d->u_limit || c.u < -d->u_limit;
-  d->pending_u = c.u > d->u_limit ? d->u_limit : (c.u < -d->u_limit ? -d->u_limit : c.u);
+  d->pending_u = c.u;
   d->pending_seq = f->seq;
-  d->pending_fresh_for = c.state_seq == d->last_state_seq && d->hist_n > 0;
-  /* the latency of this command: its STATE's tick to now. Every command
-   * counts, including a late one that a fresher one overwrites. */
-  for (uint32_t k = 0; k < FW_STATE_HISTORY && k < d->hist_n; ++k) {
-    if (d->hist_seq[k] == c.state_seq) {
-      const uint32_t latency = (uint32_t)(now - d->hist_t_us[k]);
-      if (d->rx_latency_max_us == LATENCY_UNKNOWN || latency > d->rx_latency_max_us)
-        d->rx_latency_max_us = latency;
-      break;
-    }
-  }
+  d->pending_fresh = d->have_state && c.state_seq == d->last_state_seq;
   d->have_pending = 1;
-  d->last_cmd_t_us = now;
 }
 
 static void on_frame(fw_device *d, const proto_frame *f)
@@ -190,7 +327,10 @@ static void on_frame(fw_device *d, const proto_frame *f)
   const uint64_t now = d->hw.micros(d->hw.ctx);
   switch (f->type) {
   case MSG_COMMAND: on_command(d, f, now); break;
-  case MSG_HELLO: send_info(d); break;
+  case MSG_HELLO:
+    if (f->payload[0] == PROTO_VERSION) send_info(d);
+    else send_ack(d, f, RESULT_BAD_REQUEST);  /* a host of another version */
+    break;
   case MSG_HEARTBEAT: send_status(d, MSG_STATUS); break;
   case MSG_ARM:
     if (d->mode == MODE_FAULT) {
@@ -228,7 +368,7 @@ static void on_frame(fw_device *d, const proto_frame *f)
     send(d, MSG_PARAM, p, proto_pack_param(&q, p));
     break;
   }
-  default: break;  /* device-to-host types echoed back: ignore */
+  default: break;  /* the decoder passes host-to-device types only */
   }
 }
 
@@ -239,7 +379,82 @@ void fw_receive(fw_device *d, const uint8_t *bytes, size_t n)
     if (proto_decoder_push(&d->rx, bytes[i], &f)) on_frame(d, &f);
 }
 
+/* ---------------------------------------------------------------- sensing */
+/* a - b of two counters that may wrap, modulo 2^32 as a signed value,
+ * without signed overflow */
+static float count_delta(int32_t a, int32_t b)
+{
+  const uint32_t diff = (uint32_t)a - (uint32_t)b;
+  return diff < 0x80000000u ? (float)diff : -(float)((uint32_t)0 - diff);
+}
+
+/* The observation layouts: per entry the channel and what of it. */
+enum { OBS_COS = 0x00, OBS_SIN = 0x10, OBS_POS = 0x20, OBS_VEL = 0x30, OBS_END = 0xFF };
+static const uint8_t OBS_LAYOUT[3][FW_MAX_OBS + 1] = {
+    /* pendulum: cos th, sin th, thd */
+    {OBS_COS, OBS_SIN, OBS_VEL, OBS_END},
+    /* cart-pole: x, xd, cos th, sin th, thd (channel 0 the cart, 1 the pole) */
+    {OBS_POS, OBS_VEL, OBS_COS | 1, OBS_SIN | 1, OBS_VEL | 1, OBS_END},
+    /* Furuta: cos th, sin th, cos al, sin al, thd, ald (0 the arm th, 1 the pendulum al) */
+    {OBS_COS, OBS_SIN, OBS_COS | 1, OBS_SIN | 1, OBS_VEL, OBS_VEL | 1, OBS_END}};
+
+uint8_t fw_observation(const fw_device *d, float *obs)
+{
+  const uint8_t *layout = OBS_LAYOUT[d->cfg.system < 3 ? d->cfg.system : 2];
+  uint8_t i = 0;
+  for (; layout[i] != OBS_END; ++i) {
+    const uint8_t c = layout[i] & 15u, what = layout[i] & 0xF0u;
+    const float cpu = d->cfg.counts_per_unit[c];
+    const int angle = d->cfg.angle_mask >> c & 1;
+    /* radians (angle) or metres per count; 0 for an absent channel */
+    const float unit = c < d->cfg.n_channels && cpu > 0 ? (angle ? TWO_PI : 1.0f) / cpu : 0.0f;
+    if (what == OBS_VEL) {
+      obs[i] = d->vel[c] * unit;
+      continue;
+    }
+    int32_t n = d->prev_counts[c];
+    if (angle && cpu >= 1.0f && cpu < 2147483648.0f) {
+      const int32_t turn = (int32_t)cpu;  /* whole turns off first: float keeps the fraction */
+      if ((float)turn == cpu) n %= turn;
+    }
+    const float q = (float)n * unit;
+    obs[i] = what == OBS_COS ? cosf(q) : what == OBS_SIN ? sinf(q) : q;
+  }
+  return i;
+}
+
 /* ---------------------------------------------------------------- the tick */
+/* The command for this tick in CONTROL_HOST: the newest one received. */
+static void apply_host_command(fw_device *d)
+{
+  if (d->have_pending) {
+    uint8_t clamped;
+    d->applied_u = clamp_u(d, d->pending_u, &clamped);
+    d->applied_seq = d->pending_seq;
+    d->applied_flags = (uint8_t)((d->pending_fresh ? FLAG_FRESH : 0) | (clamped ? FLAG_CLAMPED : 0));
+    d->have_pending = 0;
+  } else {
+    d->applied_flags &= (uint8_t)~FLAG_FRESH;  /* holding the last command */
+  }
+  if (!(d->applied_flags & FLAG_FRESH)) d->stale_ticks++;
+}
+
+/* The command for this tick in CONTROL_ON_DEVICE: the linked controller's. */
+static void apply_device_command(fw_device *d)
+{
+  float obs[FW_MAX_OBS];
+  float u = 0.0f;
+  fw_observation(d, obs);
+  if (d->hw.controller(d->hw.ctx, obs, &u) != 0 || !isfinite(u)) {
+    enter_fault(d, FAULT_BAD_COMMAND);
+    return;
+  }
+  uint8_t clamped;
+  d->applied_u = clamp_u(d, u, &clamped);
+  d->applied_seq = d->last_cmd_seq;
+  d->applied_flags = (uint8_t)(FLAG_FRESH | FLAG_ON_DEVICE | (clamped ? FLAG_CLAMPED : 0));
+}
+
 void fw_tick(fw_device *d)
 {
   const uint64_t now = d->hw.micros(d->hw.ctx);
@@ -248,11 +463,15 @@ void fw_tick(fw_device *d)
   if (d->have_prev && now > d->prev_t_us) {
     /* finite difference through a first-order low-pass: one count per
      * period is a large velocity step, the filter smooths it */
-    const float dt = (float)(now - d->prev_t_us) * 1e-6f;
-    const float fc = d->cfg.vel_cutoff_hz;
-    const float alpha = fc > 0 ? 1.0f - expf(-6.2831853f * fc * dt) : 1.0f;
+    const uint64_t dt64 = now - d->prev_t_us;
+    const uint32_t dt = dt64 > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)dt64;
+    const uint32_t off = dt > d->cfg.period_us ? dt - d->cfg.period_us : d->cfg.period_us - dt;
+    /* a tick off its time (after a stall, two ticks close together) gets the
+     * coefficient of its own dt: a short dt must not weigh in fully */
+    const float alpha = off <= d->cfg.period_us / 16 ? d->vel_alpha : vel_alpha(d, dt);
+    const float per_s = 1e6f / (float)dt;
     for (int c = 0; c < d->cfg.n_channels; ++c) {
-      const float raw = (float)(counts[c] - d->prev_counts[c]) / dt;
+      const float raw = count_delta(counts[c], d->prev_counts[c]) * per_s;
       d->vel[c] += alpha * (raw - d->vel[c]);
     }
   }
@@ -268,17 +487,10 @@ void fw_tick(fw_device *d)
     else if (limit != FAULT_NONE) enter_fault(d, limit);
   }
   if (d->mode == MODE_ARMED) {
-    if (d->have_pending) {
-      d->applied_u = d->pending_u;
-      d->applied_seq = d->pending_seq;
-      d->applied_flags = (uint8_t)((d->pending_fresh_for ? FLAG_FRESH : 0) |
-                                   (d->pending_clamped ? FLAG_CLAMPED : 0));
-      d->have_pending = 0;
-    } else {
-      d->applied_flags &= (uint8_t)~FLAG_FRESH;  /* holding the last command */
-    }
-    if (!(d->applied_flags & FLAG_FRESH)) d->stale_ticks++;
-  } else {
+    if (d->control_source == CONTROL_ON_DEVICE) apply_device_command(d);
+    else apply_host_command(d);
+  }
+  if (d->mode != MODE_ARMED) {
     d->applied_u = 0.0f;
     d->applied_flags = 0;
   }
@@ -303,7 +515,5 @@ void fw_tick(fw_device *d)
   const uint32_t seq = d->tx_seq;
   send(d, MSG_STATE, p, proto_pack_state(&s, p));
   d->last_state_seq = seq;
-  d->hist_seq[d->hist_n % FW_STATE_HISTORY] = seq;
-  d->hist_t_us[d->hist_n % FW_STATE_HISTORY] = now;
-  d->hist_n++;
+  d->have_state = 1;
 }

@@ -1,18 +1,27 @@
 /*
  * The device firmware core: protocol handling, the disarmed / armed / fault
- * state machine, the command watchdog, clamping and limits, and the state
- * stream. Portable C99: no allocation, no stdio, no clock of its own; all
- * hardware goes through fw_hw.
+ * state machine, the command watchdog, clamping and limits, the state
+ * stream, the transmit queue and the on-device controller hook. Portable
+ * C99 (16-bit int included): no allocation, no stdio, no clock of its own;
+ * all hardware goes through fw_hw.
  *
  * A back-end's main loop:
  *     fw_init(&dev, &config, &hw);
  *     for (;;) {
  *       feed received serial bytes to fw_receive(&dev, bytes, n);
  *       when the control period has elapsed: fw_tick(&dev);
+ *       fw_transmit(&dev);   (hand queued bytes to the line as it has room)
  *     }
  * Commands take effect at the next tick (the actuator is updated once per
  * period, as a PWM would be), so a command answering state k is in effect
  * from tick k + 1 if it arrives within the period.
+ *
+ * Not re-entrant: all calls on one fw_device must come from one context
+ * (the main loop), never from an interrupt handler while another runs.
+ * Output never blocks when the back-end sets serial_room: frames queue in
+ * a FW_TX_BUF-byte ring; when it is full the oldest queued STATE is dropped
+ * (counted), and a reply that still does not fit is dropped and counted
+ * too (STATUS: tx_dropped_states, tx_dropped_replies).
  */
 #ifndef GRPO_FW_CORE_H
 #define GRPO_FW_CORE_H
@@ -20,8 +29,12 @@
 #include "fw_hw.h"
 #include "proto.h"
 
-#define FW_VERSION 1
-#define FW_STATE_HISTORY 8  /* recent STATE (seq, time) pairs, for latency */
+#define FW_VERSION 2
+#ifndef FW_TX_BUF
+#define FW_TX_BUF 256     /* transmit ring, bytes (>= PROTO_MAX_WIRE) */
+#endif
+#define FW_TX_FRAMES 8    /* frames queued at most */
+#define FW_MAX_OBS 6      /* the longest observation (Furuta) */
 
 typedef struct {
   uint8_t system;            /* 0 pendulum, 1 cartpole, 2 furuta (as csrc/) */
@@ -31,7 +44,7 @@ typedef struct {
   uint32_t period_us;        /* control period */
   float u_max;               /* hardware actuator limit, physical units */
   float counts_per_unit[PROTO_MAX_CHANNELS];  /* per revolution or metre */
-  uint32_t watchdog_us;      /* 0: two control periods */
+  uint32_t watchdog_us;      /* 0: two control periods; clamped to [2 periods, 10 s] */
   float pos_limit[PROTO_MAX_CHANNELS];        /* counts, 0 = none */
   float vel_limit[PROTO_MAX_CHANNELS];        /* counts/s, 0 = none */
   float vel_cutoff_hz;       /* first-order low-pass on the velocity, 0 = none */
@@ -42,42 +55,55 @@ typedef struct {
   fw_config cfg;
   fw_hw hw;
   proto_decoder rx;
-  uint8_t mode, fault;
+  uint8_t mode, fault, control_source;
   float u_limit;                 /* command clamp, <= cfg.u_max */
-  /* the command received and not yet applied, and the one in effect */
-  int have_pending;
+  /* the command received and not yet applied (raw, clamped when applied),
+   * and the one in effect */
+  uint8_t have_pending, pending_fresh;
   float pending_u;
   uint32_t pending_seq;
-  int pending_fresh_for;         /* 1 if it answers the last STATE */
-  uint8_t pending_clamped;
+  uint8_t have_cmd_seq;          /* a command was accepted since arming */
+  uint32_t last_cmd_seq;         /* frame seq of the newest accepted command */
   float applied_u;
   uint32_t applied_seq;
-  uint32_t rx_latency_max_us;    /* worst latency of the commands received this
-                                    period, LATENCY_UNKNOWN if none */
   uint8_t applied_flags;
-  uint64_t last_cmd_t_us;        /* arrival of the last valid command (or arming) */
+  uint32_t rx_latency_max_us;    /* worst latency of the commands accepted this
+                                    period, LATENCY_UNKNOWN if none */
+  uint64_t last_cmd_t_us;        /* arrival of the last accepted command (or arming) */
   /* sensing */
-  int have_prev;
+  uint8_t have_prev;
   int32_t prev_counts[PROTO_MAX_CHANNELS];
-  uint64_t prev_t_us;
+  uint64_t prev_t_us;            /* the last tick's time */
   float vel[PROTO_MAX_CHANNELS];
+  float vel_alpha;               /* low-pass coefficient for the nominal period */
   /* output */
   uint32_t tx_seq;
+  uint8_t have_state;
   uint32_t last_state_seq;
-  uint32_t hist_seq[FW_STATE_HISTORY];
-  uint64_t hist_t_us[FW_STATE_HISTORY];
-  uint32_t hist_n;
-  /* counters */
+  uint8_t tx_buf[FW_TX_BUF];     /* ring of queued wire bytes */
+  uint16_t tx_head, tx_bytes;    /* first queued byte, bytes queued */
+  uint8_t tx_len[FW_TX_FRAMES];  /* queued frames, oldest first */
+  uint8_t tx_is_state[FW_TX_FRAMES];
+  uint8_t tx_frames_queued, tx_sent;  /* tx_sent: bytes of the oldest already out */
+  /* counters (STATUS) */
   uint32_t tx_frames, watchdog_trips, stale_ticks, late_ticks, ticks;
-  int tick_late;                 /* set by the back-end before fw_tick */
+  uint32_t stale_commands, ignored_commands, tx_dropped_states, tx_dropped_replies;
+  uint8_t tick_late;             /* set by the back-end before fw_tick */
   uint8_t extra_flags;           /* ORed into STATE flags by the back-end */
 } fw_device;
 
 void fw_init(fw_device *d, const fw_config *cfg, const fw_hw *hw);
 /* Bytes that arrived on the serial line. */
 void fw_receive(fw_device *d, const uint8_t *bytes, size_t n);
-/* One control period: sense, estimate velocity, watchdog and limits, actuate,
- * stream STATE. */
+/* One control period: sense, estimate velocity, watchdog and limits, run the
+ * on-device controller if it is in charge, actuate, queue a STATE. */
 void fw_tick(fw_device *d);
+/* Hand queued output to serial_write, as much as serial_room allows. Called
+ * by fw_receive and fw_tick; call it from the main loop too, so frames go
+ * out as the line drains. */
+void fw_transmit(fw_device *d);
+/* The observation the on-device controller gets (PROTOCOL.md), from the
+ * last tick's counts and velocity estimate; returns its length. */
+uint8_t fw_observation(const fw_device *d, float *obs);
 
 #endif /* GRPO_FW_CORE_H */

@@ -37,6 +37,10 @@ typedef struct {
   float pos_limit[PROTO_MAX_CHANNELS];  /* physical units (rad or m), 0 = none */
   float vel_limit[PROTO_MAX_CHANNELS];  /* per second, 0 = none */
   float vel_cutoff_hz;        /* velocity low-pass cutoff, 0 = none */
+  /* an on-device controller u = -K obs (PROTOCOL.md's observation), for
+   * CONTROL_ON_DEVICE; controller_nobs 0: none linked */
+  int controller_nobs;
+  float controller_gain[FW_MAX_OBS];
   hil_faults faults;
   int fd;                     /* non-blocking, raw; closed by the HIL on disconnect */
   int realtime;               /* try SCHED_FIFO for the loop's thread (best effort) */
@@ -53,6 +57,7 @@ typedef struct {
   uint8_t mode, fault, disconnected, n_channels, realtime;
   uint8_t io_error;            /* the loop could not set up its event wait: it served nothing */
   uint32_t rx_frames, rx_crc_errors, rx_bad_frames, watchdog_trips, stale_ticks;
+  uint32_t stale_commands, tx_dropped_states, tx_dropped_replies;
   uint32_t tx_frames, tx_dropped, tx_corrupted_bytes, tx_overflow, rx_corrupted_bytes;
   uint32_t period_us;
   float u_max;

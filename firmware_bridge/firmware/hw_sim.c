@@ -17,6 +17,7 @@
 #endif
 
 #include "pendsim.h"
+#include "plant_layout.h"
 
 #define TXQ 128  /* device -> host frames waiting for their release time */
 
@@ -43,6 +44,8 @@ struct hil_sim {
   int fd;
   tx_slot txq[TXQ];
   unsigned tx_head, tx_count;
+  uint8_t stage[PROTO_MAX_WIRE];  /* the frame the core is handing over, so far */
+  unsigned stage_n;
   uint64_t last_release_us;
   int rx_ready;                /* input may be waiting: read before sleeping */
 #ifdef __linux__
@@ -87,18 +90,41 @@ static uint32_t corrupt(hil_sim *h, uint8_t *bytes, size_t n)
 /* ---------------------------------------------------------------- fw_hw */
 static uint64_t hw_micros(void *ctx) { return now_us((hil_sim *)ctx); }
 
+/* An incremental encoder's 32-bit counter: it wraps, as a board's would. */
 static void hw_read_sensors(void *ctx, int32_t *counts)
 {
   const hil_sim *h = ctx;
-  for (int c = 0; c < h->dev.cfg.n_channels; ++c)
-    counts[c] = (int32_t)lround(h->x[h->state_index[c]] * h->counts_per_rad_or_m[c]);
+  for (int c = 0; c < h->dev.cfg.n_channels; ++c) {
+    const double v = round(h->x[h->state_index[c]] * h->counts_per_rad_or_m[c]);
+    const double wrapped = isfinite(v) ? fmod(v, 4294967296.0) : 0.0;
+    counts[c] = (int32_t)(uint32_t)(int64_t)wrapped;
+  }
+}
+
+/* On-device control: u = -K obs, K from the options. */
+static int hw_linear_controller(void *ctx, const float *obs, float *action)
+{
+  const hil_sim *h = ctx;
+  float u = 0.0f;
+  for (int i = 0; i < h->o.controller_nobs; ++i) u -= h->o.controller_gain[i] * obs[i];
+  *action = u;
+  return 0;
 }
 
 static void hw_write_actuator(void *ctx, float u) { ((hil_sim *)ctx)->u = u; }
 
-static void hw_serial_write(void *ctx, const uint8_t *bytes, size_t n)
+/* Room while the line's queue has slots for every frame a piece may end
+ * (a frame is at least 12 bytes); then as much as completes the frame. */
+static size_t hw_serial_room(void *ctx)
 {
-  hil_sim *h = ctx;
+  const hil_sim *h = ctx;
+  if (h->fd >= 0 && TXQ - h->tx_count < 16) return 0;  /* the host is not reading */
+  return PROTO_MAX_WIRE - h->stage_n;
+}
+
+/* One whole frame onto the line, through the fault injector. */
+static void line_frame(hil_sim *h, const uint8_t *bytes, size_t n)
+{
   const hil_faults *f = &h->o.faults;
   if (h->fd < 0) return;
   if (f->drop_rate > 0 && uniform(h) < f->drop_rate) { h->stats.tx_dropped++; return; }
@@ -113,6 +139,19 @@ static void hw_serial_write(void *ctx, const uint8_t *bytes, size_t n)
   uint64_t release = now_us(h) + (uint64_t)delay;
   if (release < h->last_release_us) release = h->last_release_us;  /* a byte stream keeps order */
   s->release_us = h->last_release_us = release;
+}
+
+/* The core hands bytes over in pieces: frames are cut at their delimiter. */
+static void hw_serial_write(void *ctx, const uint8_t *bytes, size_t n)
+{
+  hil_sim *h = ctx;
+  for (size_t i = 0; i < n; ++i) {
+    if (h->stage_n < sizeof h->stage) h->stage[h->stage_n++] = bytes[i];
+    if (bytes[i] == 0) {
+      line_frame(h, h->stage, h->stage_n);
+      h->stage_n = 0;
+    }
+  }
 }
 
 /* Write the frames whose time has come, as far as the line takes them. */
@@ -170,11 +209,12 @@ int hil_init(hil_sim *h, const hil_options *o)
   /* the sensors: encoders on the angles, a linear encoder on a cart */
   fw_config cfg;
   memset(&cfg, 0, sizeof cfg);
-  static const int CHANNELS[PS_NUM_SYSTEMS][2] = {{0, -1}, {0, 2}, {0, 1}};
+  ps_layout layout;
+  ps_plant_layout(o->system, &layout);  /* the system is known: ps_model_init took it */
   const double PI = 3.14159265358979323846;
-  for (int c = 0; c < 2 && CHANNELS[o->system][c] >= 0; ++c) {
-    const int k = CHANNELS[o->system][c];
-    const int angle = !(o->system == PS_CARTPOLE && k == 0);
+  for (int c = 0; c < layout.n_channels && c < PROTO_MAX_CHANNELS; ++c) {
+    const int k = layout.channel_position[c];
+    const int angle = layout.is_angle[k];
     const double per_unit = angle ? (h->m.enc_counts[k] > 0 ? h->m.enc_counts[k] : 4096.0)
                                   : 10000.0;  /* 0.1 mm */
     h->state_index[c] = k;
@@ -192,7 +232,9 @@ int hil_init(hil_sim *h, const hil_options *o)
   cfg.watchdog_us = o->watchdog_us;
   cfg.vel_cutoff_hz = o->vel_cutoff_hz;
   memcpy(cfg.preset, o->preset, PROTO_PRESET_LEN);
-  const fw_hw hw = {h, hw_micros, hw_read_sensors, hw_write_actuator, hw_serial_write};
+  if (o->controller_nobs < 0 || o->controller_nobs > FW_MAX_OBS) return PS_ERR_MODEL;
+  const fw_hw hw = {h, hw_micros, hw_read_sensors, hw_write_actuator, hw_serial_write,
+                    hw_serial_room, o->controller_nobs > 0 ? hw_linear_controller : 0};
   fw_init(&h->dev, &cfg, &hw);
   h->stats.period_us = cfg.period_us;
   h->stats.u_max = cfg.u_max;
@@ -333,6 +375,7 @@ void hil_run(hil_sim *h, double duration_s)
       h->fd = -1;
       h->stats.disconnected = 1;
     }
+    fw_transmit(&h->dev);  /* what the line queue took back room for */
     flush_tx(h, now);
     if (now >= next) {
       /* what arrived while we slept late is not the host's fault: read it first */
@@ -376,5 +419,8 @@ void hil_get_stats(const hil_sim *h, hil_stats *s)
   s->rx_bad_frames = h->dev.rx.bad_frames;
   s->watchdog_trips = h->dev.watchdog_trips;
   s->stale_ticks = h->dev.stale_ticks;
+  s->stale_commands = h->dev.stale_commands;
+  s->tx_dropped_states = h->dev.tx_dropped_states;
+  s->tx_dropped_replies = h->dev.tx_dropped_replies;
   s->tx_frames = h->dev.tx_frames;
 }

@@ -7,7 +7,15 @@
  * CRC-32/ISO-HDLC (zlib, Ethernet): reflected polynomial 0xEDB88320, initial
  * and final XOR 0xFFFFFFFF. Bitwise, four bits at a time through a 16-entry
  * table: small enough for any board, fast enough for 1 kHz. */
-static const uint32_t CRC_NIBBLE[16] = {
+#if defined(__AVR__)  /* constants stay in flash: RAM is 2 KB */
+#include <avr/pgmspace.h>
+#define FLASH_TABLE PROGMEM
+#define CRC_AT(i) pgm_read_dword(&CRC_NIBBLE[i])
+#else
+#define FLASH_TABLE
+#define CRC_AT(i) CRC_NIBBLE[i]
+#endif
+static const uint32_t CRC_NIBBLE[16] FLASH_TABLE = {
     0x00000000u, 0x1DB71064u, 0x3B6E20C8u, 0x26D930ACu, 0x76DC4190u, 0x6B6B51F4u,
     0x4DB26158u, 0x5005713Cu, 0xEDB88320u, 0xF00F9344u, 0xD6D6A3E8u, 0xCB61B38Cu,
     0x9B64C2B0u, 0x86D3D2D4u, 0xA00AE278u, 0xBDBDF21Cu};
@@ -17,8 +25,8 @@ uint32_t proto_crc32(const uint8_t *data, size_t n)
   uint32_t crc = 0xFFFFFFFFu;
   for (size_t i = 0; i < n; ++i) {
     crc ^= data[i];
-    crc = (crc >> 4) ^ CRC_NIBBLE[crc & 15u];
-    crc = (crc >> 4) ^ CRC_NIBBLE[crc & 15u];
+    crc = (crc >> 4) ^ CRC_AT(crc & 15u);
+    crc = (crc >> 4) ^ CRC_AT(crc & 15u);
   }
   return crc ^ 0xFFFFFFFFu;
 }
@@ -80,7 +88,9 @@ static void put_f32(uint8_t *p, float f)
   memcpy(&v, &f, 4);
   put_u32(p, v);
 }
-static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+/* bytes widened to unsigned before shifting: a uint8_t promotes to int, and
+ * with a 16-bit int (AVR) p[1] << 8 overflows for bytes >= 0x80 */
+static uint16_t get_u16(const uint8_t *p) { return (uint16_t)((unsigned)p[0] | ((unsigned)p[1] << 8)); }
 static uint32_t get_u32(const uint8_t *p)
 {
   return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
@@ -106,11 +116,22 @@ size_t proto_encode(const proto_frame *f, uint8_t *out)
   raw[1] = f->type;
   put_u32(raw + 2, f->seq);
   memcpy(raw + PROTO_HEADER_LEN, f->payload, f->len);
-  const size_t n = PROTO_HEADER_LEN + f->len;
+  const size_t n = (size_t)PROTO_HEADER_LEN + f->len;
   put_u32(raw + n, proto_crc32(raw, n));
   const size_t w = proto_cobs_encode(raw, n + PROTO_CRC_LEN, out);
   out[w] = 0;
   return w + 1;
+}
+
+uint8_t proto_type_direction(uint8_t type)
+{
+  switch (type) {
+  case MSG_HELLO: case MSG_ARM: case MSG_DISARM: case MSG_COMMAND: case MSG_HEARTBEAT:
+  case MSG_PARAM_GET: case MSG_PARAM_SET: return PROTO_FROM_HOST;
+  case MSG_STATE: case MSG_INFO: case MSG_ACK: case MSG_STATUS: case MSG_FAULT:
+  case MSG_PARAM: return PROTO_FROM_DEVICE;
+  default: return 0;
+  }
 }
 
 int proto_expected_len(uint8_t type, const uint8_t *payload, uint8_t len)
@@ -135,7 +156,11 @@ int proto_expected_len(uint8_t type, const uint8_t *payload, uint8_t len)
   }
 }
 
-void proto_decoder_init(proto_decoder *d) { memset(d, 0, sizeof *d); }
+void proto_decoder_init(proto_decoder *d, uint8_t accept)
+{
+  memset(d, 0, sizeof *d);
+  d->accept = accept;
+}
 
 int proto_decoder_push(proto_decoder *d, uint8_t byte, proto_frame *out)
 {
@@ -146,7 +171,7 @@ int proto_decoder_push(proto_decoder *d, uint8_t byte, proto_frame *out)
   }
   /* a delimiter: judge what came since the last one */
   const size_t n = d->n;
-  const int overflow = d->overflow;
+  const uint8_t overflow = d->overflow;
   d->n = 0;
   d->overflow = 0;
   if (n == 0) return 0;            /* back-to-back delimiters: nothing lost */
@@ -157,7 +182,7 @@ int proto_decoder_push(proto_decoder *d, uint8_t byte, proto_frame *out)
   const size_t body = (size_t)r - PROTO_CRC_LEN;
   if (proto_crc32(raw, body) != get_u32(raw + body)) { d->crc_errors++; return 0; }
   const uint8_t len = (uint8_t)(body - PROTO_HEADER_LEN);
-  if (raw[0] != PROTO_VERSION ||
+  if (raw[0] != PROTO_VERSION || !(proto_type_direction(raw[1]) & d->accept) ||
       proto_expected_len(raw[1], raw + PROTO_HEADER_LEN, len) != (int)len) {
     d->bad_frames++;
     return 0;
@@ -212,6 +237,7 @@ uint8_t proto_pack_command(const proto_command *c, uint8_t *p)
 {
   put_f32(p, c->u);
   put_u32(p + 4, c->state_seq);
+  put_u32(p + 8, c->state_t_us);
   return PROTO_COMMAND_LEN;
 }
 
@@ -220,6 +246,7 @@ int proto_unpack_command(const uint8_t *p, uint8_t len, proto_command *c)
   if (len != PROTO_COMMAND_LEN) return -1;
   c->u = get_f32(p);
   c->state_seq = get_u32(p + 4);
+  c->state_t_us = get_u32(p + 8);
   return 0;
 }
 
@@ -232,10 +259,18 @@ uint8_t proto_pack_info(const proto_info *i, uint8_t *p)
   put_u32(p + 4, i->device_id);
   put_u32(p + 8, i->period_us);
   put_f32(p + 12, i->u_max);
-  for (int c = 0; c < PROTO_MAX_CHANNELS; ++c) put_f32(p + 16 + 4 * c, i->counts_per_unit[c]);
-  put_u32(p + 32, i->watchdog_us);
-  memcpy(p + 36, i->preset, PROTO_PRESET_LEN);
-  put_u16(p + 52, i->firmware_version);
+  put_f32(p + 16, i->u_limit);
+  for (int c = 0; c < PROTO_MAX_CHANNELS; ++c) {
+    put_f32(p + 20 + 4 * c, i->counts_per_unit[c]);
+    put_f32(p + 64 + 4 * c, i->pos_limit[c]);
+    put_f32(p + 80 + 4 * c, i->vel_limit[c]);
+  }
+  put_u32(p + 36, i->watchdog_us);
+  memcpy(p + 40, i->preset, PROTO_PRESET_LEN);
+  put_u16(p + 56, i->firmware_version);
+  p[58] = i->controller;
+  p[59] = i->control_source;
+  put_f32(p + 60, i->vel_cutoff_hz);
   return PROTO_INFO_LEN;
 }
 
@@ -249,10 +284,18 @@ int proto_unpack_info(const uint8_t *p, uint8_t len, proto_info *i)
   i->device_id = get_u32(p + 4);
   i->period_us = get_u32(p + 8);
   i->u_max = get_f32(p + 12);
-  for (int c = 0; c < PROTO_MAX_CHANNELS; ++c) i->counts_per_unit[c] = get_f32(p + 16 + 4 * c);
-  i->watchdog_us = get_u32(p + 32);
-  memcpy(i->preset, p + 36, PROTO_PRESET_LEN);
-  i->firmware_version = get_u16(p + 52);
+  i->u_limit = get_f32(p + 16);
+  for (int c = 0; c < PROTO_MAX_CHANNELS; ++c) {
+    i->counts_per_unit[c] = get_f32(p + 20 + 4 * c);
+    i->pos_limit[c] = get_f32(p + 64 + 4 * c);
+    i->vel_limit[c] = get_f32(p + 80 + 4 * c);
+  }
+  i->watchdog_us = get_u32(p + 36);
+  memcpy(i->preset, p + 40, PROTO_PRESET_LEN);
+  i->firmware_version = get_u16(p + 56);
+  i->controller = p[58];
+  i->control_source = p[59];
+  i->vel_cutoff_hz = get_f32(p + 60);
   return 0;
 }
 
@@ -281,9 +324,12 @@ uint8_t proto_pack_status(const proto_status *s, uint8_t *p)
   p[1] = s->fault;
   put_u64(p + 2, s->t_us);
   put_u64(p + 10, s->last_cmd_t_us);
-  const uint32_t counters[8] = {s->rx_frames, s->rx_crc_errors, s->rx_bad_frames, s->rx_overflows,
-                                s->tx_frames, s->watchdog_trips, s->stale_ticks, s->late_ticks};
-  for (int k = 0; k < 8; ++k) put_u32(p + 18 + 4 * k, counters[k]);
+  const uint32_t counters[12] = {s->rx_frames, s->rx_crc_errors, s->rx_bad_frames,
+                                 s->rx_overflows, s->tx_frames, s->watchdog_trips,
+                                 s->stale_ticks, s->late_ticks, s->stale_commands,
+                                 s->ignored_commands, s->tx_dropped_states,
+                                 s->tx_dropped_replies};
+  for (int k = 0; k < 12; ++k) put_u32(p + 18 + 4 * k, counters[k]);
   return PROTO_STATUS_LEN;
 }
 
@@ -294,9 +340,12 @@ int proto_unpack_status(const uint8_t *p, uint8_t len, proto_status *s)
   s->fault = p[1];
   s->t_us = get_u64(p + 2);
   s->last_cmd_t_us = get_u64(p + 10);
-  uint32_t *counters[8] = {&s->rx_frames, &s->rx_crc_errors, &s->rx_bad_frames, &s->rx_overflows,
-                           &s->tx_frames, &s->watchdog_trips, &s->stale_ticks, &s->late_ticks};
-  for (int k = 0; k < 8; ++k) *counters[k] = get_u32(p + 18 + 4 * k);
+  uint32_t *counters[12] = {&s->rx_frames, &s->rx_crc_errors, &s->rx_bad_frames,
+                            &s->rx_overflows, &s->tx_frames, &s->watchdog_trips,
+                            &s->stale_ticks, &s->late_ticks, &s->stale_commands,
+                            &s->ignored_commands, &s->tx_dropped_states,
+                            &s->tx_dropped_replies};
+  for (int k = 0; k < 12; ++k) *counters[k] = get_u32(p + 18 + 4 * k);
   return 0;
 }
 

@@ -1,5 +1,5 @@
 /*
- * The grpo-ctrl serial protocol, version 1 (specified in ../PROTOCOL.md).
+ * The grpo-ctrl serial protocol, version 2 (specified in ../PROTOCOL.md).
  *
  * A frame is   version u8 | type u8 | seq u32 | payload | crc32 u32
  * (little-endian; CRC-32/ISO-HDLC, as zlib's crc32, over everything before
@@ -14,9 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PROTO_VERSION 1
+#define PROTO_VERSION 2
 #define PROTO_MAX_CHANNELS 4
-#define PROTO_MAX_PAYLOAD 64
+#define PROTO_MAX_PAYLOAD 96  /* INFO */
 #define PROTO_HEADER_LEN 6
 #define PROTO_CRC_LEN 4
 #define PROTO_MAX_RAW (PROTO_HEADER_LEN + PROTO_MAX_PAYLOAD + PROTO_CRC_LEN)
@@ -29,13 +29,13 @@ enum {
   MSG_HELLO = 0x01,      /* u8 protocol version of the host */
   MSG_ARM = 0x02,        /* empty */
   MSG_DISARM = 0x03,     /* empty; also clears a fault */
-  MSG_COMMAND = 0x04,    /* f32 actuator, u32 seq of the state it answers */
+  MSG_COMMAND = 0x04,    /* f32 actuator, u32 seq and u32 time of the state it answers */
   MSG_HEARTBEAT = 0x05,  /* empty; answered by STATUS */
   MSG_PARAM_GET = 0x06,  /* u16 id */
   MSG_PARAM_SET = 0x07,  /* u16 id, f32 value */
   MSG_STATE = 0x80,      /* streamed once per control period */
   MSG_INFO = 0x81,       /* answer to HELLO */
-  MSG_ACK = 0x82,        /* answer to ARM and DISARM */
+  MSG_ACK = 0x82,        /* answer to ARM and DISARM (and to a refused HELLO) */
   MSG_STATUS = 0x83,     /* answer to HEARTBEAT */
   MSG_FAULT = 0x84,      /* sent unprompted on entering the fault mode */
   MSG_PARAM = 0x86       /* answer to PARAM_GET and PARAM_SET */
@@ -48,13 +48,15 @@ enum {
   FAULT_WATCHDOG = 1,        /* no valid command for watchdog_us while armed */
   FAULT_POSITION_LIMIT = 2,  /* |position| beyond its limit while armed */
   FAULT_VELOCITY_LIMIT = 3,  /* |velocity| beyond its limit while armed */
-  FAULT_BAD_COMMAND = 4      /* a NaN or infinite command */
+  FAULT_BAD_COMMAND = 4      /* a NaN or infinite command (or the on-device
+                                controller failed) */
 };
 enum {
   FLAG_FRESH = 1,    /* the command in effect answers the previous STATE */
   FLAG_CLAMPED = 2,  /* the command in effect was clamped to the limit */
   FLAG_LATE = 4,     /* this tick started more than a period late */
-  FLAG_HELD = 8      /* HIL only: the plant is held at its start state */
+  FLAG_HELD = 8,     /* HIL only: the plant is held at its start state */
+  FLAG_ON_DEVICE = 16  /* the command in effect is the on-device controller's */
 };
 enum { RESULT_OK = 0, RESULT_FAULT_ACTIVE = 1, RESULT_LIMITS = 2, RESULT_BAD_REQUEST = 3,
        RESULT_UNKNOWN_PARAM = 4, RESULT_READ_ONLY = 5, RESULT_OUT_OF_RANGE = 6,
@@ -69,8 +71,10 @@ enum {
   PARAM_VEL_CUTOFF_HZ = 10,  /* rw, velocity low-pass cutoff, 0 = none */
   PARAM_PERIOD_US = 11,    /* read-only */
   PARAM_DEVICE_ID = 12,    /* read-only */
-  PARAM_COUNT = 13
+  PARAM_CONTROL_SOURCE = 13,  /* rw while disarmed: 0 host, 1 on-device controller */
+  PARAM_COUNT = 14
 };
+enum { CONTROL_HOST = 0, CONTROL_ON_DEVICE = 1 };
 
 typedef struct {
   uint8_t type;
@@ -93,17 +97,24 @@ typedef struct {
 
 typedef struct {
   float u;
-  uint32_t state_seq;
+  uint32_t state_seq;     /* frame seq of the STATE this command answers */
+  uint32_t state_t_us;    /* that STATE's t_us, low 32 bits (for the latency) */
 } proto_command;
 
 typedef struct {
   uint8_t protocol_version, system, n_channels, angle_mask;
   uint32_t device_id, period_us;
-  float u_max;
+  float u_max;                                /* hardware actuator limit */
+  float u_limit;                              /* command clamp now, <= u_max */
   float counts_per_unit[PROTO_MAX_CHANNELS];  /* per revolution or per metre */
   uint32_t watchdog_us;
   char preset[PROTO_PRESET_LEN];              /* NUL-padded */
   uint16_t firmware_version;
+  uint8_t controller;                         /* 1: an on-device controller is linked */
+  uint8_t control_source;                     /* CONTROL_HOST or CONTROL_ON_DEVICE */
+  float vel_cutoff_hz;
+  float pos_limit[PROTO_MAX_CHANNELS];        /* counts, 0 = none */
+  float vel_limit[PROTO_MAX_CHANNELS];        /* counts/s, 0 = none */
 } proto_info;
 
 typedef struct {
@@ -117,6 +128,7 @@ typedef struct {
   uint64_t t_us, last_cmd_t_us;
   uint32_t rx_frames, rx_crc_errors, rx_bad_frames, rx_overflows;
   uint32_t tx_frames, watchdog_trips, stale_ticks, late_ticks;
+  uint32_t stale_commands, ignored_commands, tx_dropped_states, tx_dropped_replies;
 } proto_status;
 
 typedef struct {
@@ -127,10 +139,10 @@ typedef struct {
 
 /* Payload lengths (STATE: STATE_FIXED_LEN + 8 n). */
 #define PROTO_STATE_FIXED_LEN 24
-#define PROTO_COMMAND_LEN 8
-#define PROTO_INFO_LEN 54
+#define PROTO_COMMAND_LEN 12
+#define PROTO_INFO_LEN 96
 #define PROTO_ACK_LEN 7
-#define PROTO_STATUS_LEN 50
+#define PROTO_STATUS_LEN 66
 #define PROTO_PARAM_LEN 7
 #define PROTO_PARAM_SET_LEN 6
 
@@ -147,16 +159,24 @@ size_t proto_encode(const proto_frame *f, uint8_t *out);
  * byte), or -1 for an unknown type or bad n. */
 int proto_expected_len(uint8_t type, const uint8_t *payload, uint8_t len);
 
+/* Which types a decoder accepts: a device takes host-to-device types only, a
+ * host device-to-host types only (a frame of the other direction is a bad
+ * frame); tests may take both. */
+enum { PROTO_FROM_HOST = 1, PROTO_FROM_DEVICE = 2, PROTO_FROM_EITHER = 3 };
+/* the direction bit of a known type, 0 for an unknown one */
+uint8_t proto_type_direction(uint8_t type);
+
 /* Stream decoder: feed bytes one at a time; garbage is skipped up to the
  * next 0x00 and counted. */
 typedef struct {
   uint8_t buf[PROTO_MAX_WIRE];
-  size_t n;
-  int overflow;
+  uint8_t n;
+  uint8_t overflow;
+  uint8_t accept;          /* PROTO_FROM_* */
   uint32_t frames, crc_errors, bad_frames, overflows;
 } proto_decoder;
 
-void proto_decoder_init(proto_decoder *d);
+void proto_decoder_init(proto_decoder *d, uint8_t accept);
 /* Returns 1 when byte completes a valid frame, written to *out; else 0. */
 int proto_decoder_push(proto_decoder *d, uint8_t byte, proto_frame *out);
 

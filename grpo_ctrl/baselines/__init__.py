@@ -7,9 +7,10 @@
 """
 from __future__ import annotations
 
-from grpo_ctrl.controller import BASELINES
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.sim import presets, systems
+from grpo_ctrl.plant import presets, systems
+
+BASELINES = ("lqr", "swingup-lqr")  # the names a user may give instead of a run
 
 
 def make_controller(name: str, system: str, preset: str | None = None):

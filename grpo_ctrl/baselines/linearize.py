@@ -1,15 +1,12 @@
 """Linear models of a plant about an equilibrium, from the C simulator itself.
 
 Continuous time: ``xdot ~ A dx + B du`` by central differences of
-``BatchSim.dynamics``. Discrete time, two ways that must agree:
-
-* ``discrete_by_simulation``: central differences of one control step taken by
-  the simulator (``set_state`` then ``step``), so the model includes the
-  preset's integrator, substeps and float32 action. This is what the LQR
-  design uses: it is the map the controller really acts on.
-* ``zoh``: exact zero-order-hold discretisation of (A, B) by the matrix
-  exponential. It equals the simulated step up to the integrator's error
-  (O(dt^5) for RK4, O(dt^2) for the Euler presets).
+``BatchSim.dynamics``. Discrete time: ``discrete_by_simulation``, central
+differences of one control step taken by the simulator (``set_state`` then
+``step``), so the model includes the preset's integrator, substeps and
+float32 action. This is what the LQR design uses: it is the map the
+controller really acts on. (The tests check it against the exact
+zero-order hold of (A, B), which it equals up to the integrator's error.)
 """
 from __future__ import annotations
 
@@ -35,34 +32,6 @@ def linearize(sim: BatchSim, x0=None, u0: float = 0.0, eps: float = 1e-6, env: i
         A[:, k] = (sim.dynamics(x0 + dx, u0, env) - sim.dynamics(x0 - dx, u0, env)) / (2 * eps)
     B = ((sim.dynamics(x0, u0 + eps, env) - sim.dynamics(x0, u0 - eps, env)) / (2 * eps))
     return A, B[:, None]
-
-
-def expm(M: np.ndarray) -> np.ndarray:
-    """Matrix exponential by scaling and squaring a Taylor series: ample for
-    the small, mildly scaled matrices of these plants (checked against
-    scipy in the tests)."""
-    M = np.asarray(M, dtype=float)
-    norm = np.linalg.norm(M, 1)
-    squarings = max(0, int(np.ceil(np.log2(norm / 0.25)))) if norm > 0.25 else 0
-    S = M / 2.0**squarings
-    term = np.eye(len(M))
-    E = term.copy()
-    for k in range(1, 20):  # |S| <= 1/4: the 20th term is below 1e-30
-        term = term @ S / k
-        E = E + term
-    for _ in range(squarings):
-        E = E @ E
-    return E
-
-
-def zoh(A: np.ndarray, B: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
-    """Exact zero-order-hold discretisation: ``expm([[A, B], [0, 0]] dt)``
-    holds ``Ad`` and ``Bd`` in its top block row."""
-    nx, nu = B.shape
-    M = np.zeros((nx + nu, nx + nu))
-    M[:nx, :nx], M[:nx, nx:] = A, B
-    E = expm(M * dt)
-    return E[:nx, :nx], E[:nx, nx:]
 
 
 def discrete_by_simulation(sim: BatchSim, x0=None, u0: float = 0.0, eps_x: float = 1e-6,

@@ -17,9 +17,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from grpo_ctrl.export import portable
+from grpo_ctrl.baselines import portable
 from grpo_ctrl.baselines.linearize import discrete_by_simulation, equilibrium
-from grpo_ctrl.sim import BatchSim, PlantSpec
+from grpo_ctrl.plant import PlantSpec, plant_spec
+from grpo_ctrl.sim import BatchSim
 
 
 def solve_dare(A: np.ndarray, B: np.ndarray, Q: np.ndarray, R: np.ndarray,
@@ -101,22 +102,16 @@ def design(system: str, preset: str | None = None) -> LQRDesign:
     return dlqr(A, B, Q, R)
 
 
-def obs_to_state(system: str, obs: torch.Tensor) -> torch.Tensor:
-    """The state (angles in [-pi, pi]) of an observation batch. The angles
-    come from ``portable.atan2``, which torch, onnxruntime and the exported C
-    round identically: the gains magnify one unit in the last place of an
-    angle beyond the export's 1e-5 tolerance."""
-    if system == "pendulum":
-        th = portable.atan2(obs[:, 1:2], obs[:, 0:1])
-        return torch.cat([th, obs[:, 2:3]], dim=1)
-    if system == "cartpole":
-        th = portable.atan2(obs[:, 3:4], obs[:, 2:3])
-        return torch.cat([obs[:, 0:2], th, obs[:, 4:5]], dim=1)
-    if system == "furuta":
-        th = portable.atan2(obs[:, 1:2], obs[:, 0:1])
-        al = portable.atan2(obs[:, 3:4], obs[:, 2:3])
-        return torch.cat([th, al, obs[:, 4:6]], dim=1)
-    raise ValueError(f"unknown system {system!r}")
+def obs_to_state(spec: PlantSpec, obs: torch.Tensor) -> torch.Tensor:
+    """The state (angles in [-pi, pi]) of an observation batch, by the
+    plant's layout. The angles come from ``portable.atan2``, which torch,
+    onnxruntime and the exported C round identically: the gains magnify one
+    unit in the last place of an angle beyond the export's 1e-5 tolerance."""
+    columns = []
+    for i, angle in zip(spec.obs_index, spec.angles):
+        columns.append(portable.atan2(obs[:, i + 1:i + 2], obs[:, i:i + 1]) if angle
+                       else obs[:, i:i + 1])
+    return torch.cat(columns, dim=1)
 
 
 class LQRController(nn.Module):
@@ -129,12 +124,12 @@ class LQRController(nn.Module):
         self.register_buffer("gain", torch.tensor(lqr.K, dtype=torch.float32))  # (1, nx)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs_to_state(self.spec.system, obs)
+        x = obs_to_state(self.spec, obs)
         # summed in one fixed order, so that the export computes the same bits
         u = -portable.dot(x, self.gain[0])
         return torch.clamp(u, -self.spec.u_max, self.spec.u_max)
 
 
 def make_lqr(system: str, preset: str | None = None) -> LQRController:
-    spec = BatchSim(system, 1, preset).spec
+    spec = plant_spec(system, preset)
     return LQRController(spec, design(system, spec.preset))

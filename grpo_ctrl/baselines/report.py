@@ -13,13 +13,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from grpo_ctrl.baselines import make_controller
-from grpo_ctrl.baselines.evaluate import (BALANCE_TILT, STILL_TOL, UPRIGHT_TOL, evaluate,
-                                          evaluate_on_gymnasium_pendulum, near_upright_start)
-from grpo_ctrl.controller import BASELINES
+from grpo_ctrl.baselines import BASELINES, make_controller
+from grpo_ctrl.closed_loop import (BALANCE_TILT, STILL_TOL, UPRIGHT_TOL, evaluate,
+                                   evaluate_on_gymnasium_pendulum, near_upright_start)
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write
-from grpo_ctrl.sim import presets, systems
+from grpo_ctrl.plant import presets, systems
 
 INTRO = f"""# Classic control baselines
 
@@ -48,7 +47,7 @@ elsewhere. A hysteresis would need the last mode as controller state; a pure
 function of the observation keeps every controller stateless, so its ONNX
 and C exports are the same function as the torch module. They compute the
 same bits, too: the angles, the gain products and the region's level come
-from `export.portable` (an atan2 and dot products in one fixed order, built
+from `grpo_ctrl.baselines.portable` (an atan2 and dot products in one fixed order, built
 from exactly rounded float32 operations), where `torch.atan2` and `x @ K`
 would differ between torch, onnxruntime and C by a unit in the last place,
 which gains of up to 86 per radian magnify beyond the export's 1e-5. The energy

@@ -36,12 +36,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from grpo_ctrl.export import portable
+from grpo_ctrl.baselines import portable
 from grpo_ctrl.baselines.lqr import LQRDesign, design, obs_to_state
-from grpo_ctrl.sim import BatchSim, PlantSpec
-
-# state components that do not enter the dynamics (cart position, arm angle)
-CYCLIC = {"pendulum": (), "cartpole": (0,), "furuta": (0,)}
+from grpo_ctrl.errors import UserError
+from grpo_ctrl.plant import PlantSpec
+from grpo_ctrl.sim import BatchSim
 
 
 @dataclass(frozen=True)
@@ -85,7 +84,7 @@ class SwingUpLQR(nn.Module, abc.ABC):
         self.register_buffer("gain", torch.tensor(lqr.K, dtype=torch.float32))
         self.register_buffer("cost_to_go", torch.tensor(lqr.P, dtype=torch.float32))
         keep = torch.ones(1, spec.nx)
-        keep[0, list(CYCLIC[spec.system])] = 0.0
+        keep[0, list(spec.cyclic)] = 0.0  # the cart's position, the arm's angle
         self.register_buffer("catch_coords", keep)
 
     @abc.abstractmethod
@@ -98,12 +97,16 @@ class SwingUpLQR(nn.Module, abc.ABC):
         xc = x * self.catch_coords
         return portable.quadratic_form(xc, self.cost_to_go) < self.tuning.region_level
 
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        """(N, 1) bool: whether the LQR acts on observations obs (N, nobs)."""
+        return self.in_lqr_region(obs_to_state(self.spec, obs))
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs_to_state(self.spec.system, obs)
+        x = obs_to_state(self.spec, obs)
         # the energy laws take the pole's cosine and sine from the observation
         # itself: exact, and no cos(atan2(...)) round trip to differ between
         # torch and an ONNX runtime
-        i = POLE_TRIG[self.spec.system]
+        i = self.spec.pole_obs
         c, s = obs[:, i:i + 1], obs[:, i + 1:i + 2]
         u = torch.where(self.in_lqr_region(x), -portable.dot(x, self.gain[0]), self.pump(x, c, s))
         return torch.clamp(u, -self.spec.u_max, self.spec.u_max)
@@ -222,13 +225,14 @@ class FurutaSwingUp(CollocatedSwingUp):
         return self.p["rm"] / self.p["km"] * tau + self.p["km"] * x[:, 2:3]
 
 
-# where the pole angle's cosine (and, next to it, sine) sits in the observation
-POLE_TRIG = {"pendulum": 0, "cartpole": 2, "furuta": 2}
 _CLASSES = {"pendulum": PendulumSwingUp, "cartpole": CartPoleSwingUp, "furuta": FurutaSwingUp}
 
 
 def make_swingup_lqr(system: str, preset: str | None = None,
                      tuning: SwingUpParams | None = None) -> SwingUpLQR:
+    if system not in _CLASSES:
+        raise UserError(f"no swing-up controller for {system}; its energy law goes in "
+                        "grpo_ctrl/baselines/swingup.py (the lqr baseline needs none)")
     sim = BatchSim(system, 1, preset)
     spec = sim.spec
     if tuning is None:

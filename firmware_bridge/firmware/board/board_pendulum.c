@@ -100,7 +100,7 @@ void board_setup(void)
   cfg.vel_limit[0] = VEL_LIMIT_RAD_S * COUNTS_PER_REV / 6.2831853f;
   cfg.vel_cutoff_hz = 20.0f;
   for (unsigned i = 0; i < sizeof preset; ++i) cfg.preset[i] = preset[i];
-  const fw_hw hw = {0, board_micros, read_sensors, write_actuator, serial_write};
+  const fw_hw hw = {0, board_micros, read_sensors, write_actuator, serial_write, 0, 0};
   fw_init(&dev, &cfg, &hw);
   next_tick = board_micros(0) + PERIOD_US;
 }

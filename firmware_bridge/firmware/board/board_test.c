@@ -64,7 +64,7 @@ static void send(uint8_t type, const uint8_t *payload, uint8_t len)
 
 static void command(float u)
 {
-  proto_command c = {u, last_state_seq};
+  proto_command c = {u, last_state_seq, (uint32_t)last_state.t_us};
   uint8_t p[PROTO_COMMAND_LEN];
   send(MSG_COMMAND, p, proto_pack_command(&c, p));
 }
@@ -90,7 +90,7 @@ static void turn(int steps)
 int main(void)
 {
   proto_frame f;
-  proto_decoder_init(&dec);
+  proto_decoder_init(&dec, PROTO_FROM_DEVICE);
   mock.now_us = 1000;
   board_setup();
   CHECK(mock.mode[PIN_PWM] == OUTPUT && mock.isr[PIN_A] && mock.isr[PIN_B]);

@@ -4,7 +4,7 @@ On the C simulator (batched, every episode at once) by default; with
 ``--gym`` on Gymnasium's own ``Pendulum-v1``, so the numbers compare with
 published ones. Trained policies act with their deterministic (mean) action,
 the deployed controller. Success: never terminated, and upright and still at
-the end (``grpo_ctrl.baselines.evaluate.upright_and_still``). Smoothness:
+the end (``grpo_ctrl.closed_loop.upright_and_still``). Smoothness:
 mean |du| / u_max per step, and the share of steps where du changes sign.
 ``--robustness`` runs the robustness benchmark (``grpo_ctrl.robustness``) on
 one or more runs and baselines of one plant, in one table.
@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
-
-from grpo_ctrl.controller import BASELINES, load_controller
+from grpo_ctrl.baselines import BASELINES
+from grpo_ctrl.closed_loop import evaluate_on_gym, evaluate_on_sim
+from grpo_ctrl.controller import load_controller
 from grpo_ctrl.errors import UserError
 
 
@@ -39,35 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--episodes per grid point (default 20), 10x that in the realistic row")
     p.add_argument("--out", help="folder for the robustness table, JSON and PNG (default: the "
                                  "first run's folder, else robustness-SYSTEM-PRESET)")
-
-
-def summarise(returns: np.ndarray, success: np.ndarray, du_mean=None, du_flips=None) -> dict:
-    out = {"episodes": int(returns.size), "mean": float(returns.mean()),
-           "median": float(np.median(returns)), "worst": float(returns.min()),
-           "success": float(success.mean())}
-    if du_mean is not None:
-        out.update(du_mean=float(du_mean.mean()), du_sign_changes=float(du_flips.mean()))
-    return out
-
-
-def evaluate_on_sim(controller, episodes: int, seed: int = 0) -> dict:
-    """Scores over ``episodes`` batched episodes on the C simulator."""
-    from grpo_ctrl.baselines.evaluate import evaluate
-    ep = evaluate(controller, episodes, seed=seed)
-    return summarise(ep.returns, ep.success, ep.du_mean, ep.du_sign_changes)
-
-
-def evaluate_on_gym(controller, episodes: int = 100, seed: int = 0) -> dict:
-    """Scores on Gymnasium's own Pendulum-v1: episode i is reset with seed
-    ``seed + i``; all episodes step in lockstep so each control step is one
-    batched forward pass."""
-    from grpo_ctrl.baselines.evaluate import evaluate_on_gymnasium_pendulum
-    spec = controller.spec
-    if (spec.system, spec.preset) != ("pendulum", "gym"):
-        raise UserError(f"--gym evaluates on Gymnasium's Pendulum-v1, which is the pendulum/gym "
-                        f"preset; this controller is for {spec.system}/{spec.preset}")
-    ep = evaluate_on_gymnasium_pendulum(controller, episodes, seed=seed)
-    return summarise(ep.returns, ep.success)
 
 
 def resolve_controllers(args) -> dict:

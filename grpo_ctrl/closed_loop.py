@@ -1,4 +1,6 @@
-"""Batched closed-loop evaluation of a controller on the C simulator."""
+"""Closed-loop evaluation of any controller (trained or classic): batched on
+the C simulator, or on Gymnasium's own Pendulum-v1 as the independent
+reference. Success: never terminated, and upright and still at the end."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,12 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from grpo_ctrl.baselines.lqr import obs_to_state
 from grpo_ctrl.controller import act
+from grpo_ctrl.errors import UserError
+from grpo_ctrl.plant import PlantSpec, plant_spec
 from grpo_ctrl.sim import BatchSim
 
-# which state components are the pendulum's angle and angular velocity
-POLE = {"pendulum": (0, 1), "cartpole": (2, 3), "furuta": (1, 3)}
 UPRIGHT_TOL = 0.1   # rad: "upright" at the end of an episode
 STILL_TOL = 0.5     # rad/s: "still" at the end of an episode
 BALANCE_TILT = np.radians(10.0)  # rad: "balance from near upright" starts this far off
@@ -20,10 +21,8 @@ BALANCE_TILT = np.radians(10.0)  # rad: "balance from near upright" starts this 
 def near_upright_start(system: str, tilt: float = BALANCE_TILT) -> dict:
     """Model overrides for a start box around upright: the pendulum up to
     ``tilt`` off, everything else within 0.05 of zero."""
-    nx = {"pendulum": 2, "cartpole": 4, "furuta": 4}[system]
-    high = np.full(nx, 0.05)
-    high[POLE[system][0]] = tilt
-    return {"x0_low": -high, "x0_high": high}
+    low, high = plant_spec(system).near_upright_box(tilt)
+    return {"x0_low": low, "x0_high": high}
 
 
 @dataclass
@@ -58,31 +57,30 @@ def command_smoothness(u: np.ndarray, u_max: float, alive: np.ndarray | None = N
 
 
 class _ModeSwitches:
-    """Counts, per episode, how often a switching controller (one with
-    ``in_lqr_region``) changes mode: the evidence that a memoryless region
+    """Counts, per episode, how often a switching controller (one with a
+    ``mode(obs)``) changes mode: the evidence that a memoryless region
     switch does not chatter."""
 
     def __init__(self, controller, n: int):
-        self.region = getattr(controller, "in_lqr_region", None)
-        self.system = controller.spec.system
+        self.mode = getattr(controller, "mode", None)
         self.count, self.last = np.zeros(n, int), None
 
     def see(self, obs: np.ndarray, alive: np.ndarray) -> None:
-        if self.region is None:
+        if self.mode is None:
             return
-        inside = self.region(obs_to_state(self.system, torch.as_tensor(obs)))[:, 0].numpy()
+        inside = self.mode(torch.as_tensor(obs))[:, 0].numpy()
         if self.last is not None:
             self.count += (inside != self.last) & alive
         self.last = inside
 
     def result(self) -> np.ndarray | None:
-        return None if self.region is None else self.count
+        return None if self.mode is None else self.count
 
 
-def upright_and_still(system: str, x: np.ndarray) -> np.ndarray:
+def upright_and_still(spec: PlantSpec, x: np.ndarray) -> np.ndarray:
     """Whether states ``x (N, nx)`` have the pendulum within UPRIGHT_TOL of
     upright and turning slower than STILL_TOL."""
-    a, v = POLE[system]
+    a, v = spec.pole_angle, spec.pole_velocity
     angle = (x[:, a] + np.pi) % (2 * np.pi) - np.pi
     return (np.abs(angle) < UPRIGHT_TOL) & (np.abs(x[:, v]) < STILL_TOL)
 
@@ -121,7 +119,7 @@ def run_episodes(controller, sim: BatchSim, steps: int | None = None) -> Episode
         alive &= ~terminated
     x = sim.get_state()["x"]
     du_mean, du_flips = command_smoothness(commands, spec.u_max, was_alive)
-    return Episodes(returns, alive & upright_and_still(spec.system, x), x, switches.result(),
+    return Episodes(returns, alive & upright_and_still(spec, x), x, switches.result(),
                     du_mean, du_flips)
 
 
@@ -153,5 +151,32 @@ def evaluate_on_gymnasium_pendulum(controller, num_episodes: int, seed: int = 0)
     final_state = np.array([env.unwrapped.state for env in envs])
     for env in envs:
         env.close()
-    return Episodes(returns, upright_and_still("pendulum", final_state), final_state,
+    return Episodes(returns, upright_and_still(controller.spec, final_state), final_state,
                     switches.result())
+
+
+def summarise(returns: np.ndarray, success: np.ndarray, du_mean=None, du_flips=None) -> dict:
+    out = {"episodes": int(returns.size), "mean": float(returns.mean()),
+           "median": float(np.median(returns)), "worst": float(returns.min()),
+           "success": float(success.mean())}
+    if du_mean is not None:
+        out.update(du_mean=float(du_mean.mean()), du_sign_changes=float(du_flips.mean()))
+    return out
+
+
+def evaluate_on_sim(controller, episodes: int, seed: int = 0) -> dict:
+    """Scores over ``episodes`` batched episodes on the C simulator."""
+    ep = evaluate(controller, episodes, seed=seed)
+    return summarise(ep.returns, ep.success, ep.du_mean, ep.du_sign_changes)
+
+
+def evaluate_on_gym(controller, episodes: int = 100, seed: int = 0) -> dict:
+    """Scores on Gymnasium's own Pendulum-v1: episode i is reset with seed
+    ``seed + i``; all episodes step in lockstep so each control step is one
+    batched forward pass."""
+    spec = controller.spec
+    if (spec.system, spec.preset) != ("pendulum", "gym"):
+        raise UserError(f"--gym evaluates on Gymnasium's Pendulum-v1, which is the pendulum/gym "
+                        f"preset; this controller is for {spec.system}/{spec.preset}")
+    ep = evaluate_on_gymnasium_pendulum(controller, episodes, seed=seed)
+    return summarise(ep.returns, ep.success)

@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Data-parallel GRPO: 1 and 2 processes side by side, and a cost model for N.
+
+1. Throughput. Trains the gym pendulum (8 branches x 64 steps per start
+   state, overlap off) for ``--iterations`` iterations with 1 and with 2
+   processes (``grpo_ctrl.distributed.launch``, gloo on loopback),
+   alternating ``--rounds`` times so that load from other work hits both
+   alike: the default batch of 32 start states split across the processes,
+   32 per process, and 128 split. Reports simulator steps/s and updates
+   (iterations)/s between the second and the last iteration, the 2-process
+   over 1-process ratio of steps/s, and the same ratio computed from the CPU
+   seconds per iteration of the busiest rank (what a core per rank would
+   give, communication waits aside; other work changes it little). Goal
+   (issue 15): 2 processes >= 1.8x one.
+2. Cost model. Times the single-process iteration (collection + update, CPU
+   time) at several batch sizes and fits t = a + b * branches; times a gloo
+   all_reduce of float32 tensors of several sizes between 2 ranks on
+   loopback, giving a latency per message and a bandwidth. Prints the
+   predicted speed-up at 8, 32 and 128 processes on loopback and on an
+   assumed 10 GbE network (formulae in docs/distributed.md).
+
+    python benchmarks/bench_distributed.py            # or: grpo-ctrl bench distributed
+    python benchmarks/bench_distributed.py --quick --json out.json
+
+On a shared machine the wall-clock numbers move with the other work: the
+printed load averages say how much there was. With more runnable processes
+than cores, the ranks also wait for each other at every collective.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from grpo_ctrl import distributed  # noqa: E402
+from grpo_ctrl.distributed import Ranks  # noqa: E402
+from grpo_ctrl.grpo import Trainer  # noqa: E402
+from grpo_ctrl.grpo_config import default_config  # noqa: E402
+from grpo_ctrl.train import train  # noqa: E402
+
+GOAL_RATIO = 1.8
+PREDICT_AT = (8, 32, 128)
+SIZES = (1_000, 10_000, 100_000, 1_000_000)  # floats per all_reduce
+# (name, start states with 1 process, with 2): the default batch split in two
+# (strong scaling), the default batch on each process (weak), a 4x batch split
+# a network between machines, for the prediction: TCP over 10 Gb Ethernet
+NET_LATENCY, NET_BANDWIDTH = 50e-6, 1.1e9
+CASES = (("32 starts split", 32, 32), ("32 starts per process", 32, 64),
+         ("128 starts split", 128, 128))
+
+
+def config(iterations: int, num_starts: int = 32):
+    cfg = default_config("pendulum", "gym")
+    cfg.overlap, cfg.time_budget, cfg.iterations = False, 0.0, iterations
+    cfg.eval_every, cfg.eval_episodes, cfg.num_starts = 1e9, 1, num_starts
+    return cfg
+
+
+def steps_per_iteration(cfg) -> int:
+    return cfg.num_starts * cfg.group_size * cfg.horizon * cfg.action_repeat
+
+
+# ------------------------------------------------------------ 1. throughput
+def _timed_training(out_dir: str, cfg) -> None:
+    stamps = []
+    train("pendulum", "gym", cfg, None, progress=False, on_iteration=lambda trainer, row:
+          stamps.append((time.perf_counter(), time.process_time())))
+    with open(os.path.join(out_dir, f"{Ranks.current().rank}.json"), "w") as fh:
+        json.dump(stamps, fh)
+
+
+def throughput(nproc: int, iterations: int, num_starts: int) -> dict:
+    """Iterations/s and steps/s of one run with nproc processes, timed on
+    rank 0 from the end of the first iteration (start-up excluded) to the
+    end of the next-to-last (the last one includes an evaluation); and the
+    CPU seconds per iteration of the busiest rank, which load from other work
+    changes little: one process's over it is the ratio the run would reach
+    with a core per rank and free communication."""
+    cfg = config(iterations, num_starts)
+    with tempfile.TemporaryDirectory() as tmp:
+        distributed.launch(nproc, _timed_training, (tmp, cfg))
+        stamps = [json.load(open(os.path.join(tmp, f"{r}.json"))) for r in range(nproc)]
+    wall = stamps[0][-2][0] - stamps[0][0][0]
+    cpu = max(s[-2][1] - s[0][1] for s in stamps)
+    its = (iterations - 2) / wall
+    return {"nproc": nproc, "iterations_per_s": its,
+            "optimiser_steps_per_s": its * cfg.epochs * cfg.minibatches,
+            "sim_steps_per_s": its * steps_per_iteration(cfg),
+            "cpu_s_per_iteration": cpu / (iterations - 2)}
+
+
+# ------------------------------------------------------------ 2. cost model
+def compute_time(num_starts: int, iterations: int) -> float:
+    """CPU seconds per iteration (collection + update) of one process holding
+    num_starts start states (median over iterations, first one excluded)."""
+    trainer = Trainer(config(iterations, num_starts), "pendulum", "gym", Ranks())
+    times = []
+    for _ in range(iterations):
+        t = time.process_time()
+        trainer.step()
+        times.append(time.process_time() - t)
+    return float(np.median(times[1:]))
+
+
+def _time_all_reduce(out_file: str, repeats: int) -> None:
+    result = {}
+    for n in SIZES:
+        t = torch.ones(n)
+        dist.all_reduce(t)  # warm the connection
+        times = []
+        for _ in range(repeats):
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(t)
+            times.append(time.perf_counter() - start)
+        result[n] = float(np.median(times))
+    if dist.get_rank() == 0:
+        with open(out_file, "w") as fh:
+            json.dump(result, fh)
+
+
+def all_reduce_times(repeats: int) -> dict[int, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "ar.json")
+        distributed.launch(2, _time_all_reduce, (out, repeats))
+        return {int(k): v for k, v in json.load(open(out)).items()}
+
+
+def ring_all_reduce(n: int, nbytes: float, latency: float, bandwidth: float) -> float:
+    """A ring all-reduce: 2 (n - 1) messages in sequence, each rank sending
+    2 (n - 1) / n of the data. With n = 2: 2 latencies + bytes / bandwidth."""
+    if n == 1:
+        return 0.0
+    return 2 * (n - 1) * latency + 2 * (n - 1) / n * nbytes / bandwidth
+
+
+def predict(n: int, branches: int, a: float, b: float, latency: float, bandwidth: float,
+            grad_bytes: int, grad_reduces: int, small_reduces: int) -> float:
+    """Seconds per iteration with n processes sharing ``branches``."""
+    return (a + b * branches / n + grad_reduces * ring_all_reduce(n, grad_bytes, latency, bandwidth)
+            + small_reduces * ring_all_reduce(n, 64, latency, bandwidth))
+
+
+def compare_throughput(report: dict, iterations: int, rounds: int) -> None:
+    report["throughput"] = {}
+    print(f"1. throughput, pendulum, 8 branches x 64 steps per start state, overlap off, "
+          f"{iterations} iterations per run, {report['cores']} cores")
+    for name, one_starts, two_starts in CASES:
+        pairs = []
+        for r in range(rounds):
+            load = os.getloadavg()[0]
+            one = throughput(1, iterations, one_starts)
+            two = throughput(2, iterations, two_starts)
+            pairs.append({"one": one, "two": two, "load": load,
+                          "ratio": two["sim_steps_per_s"] / one["sim_steps_per_s"],
+                          "cpu_ratio": (two_starts / two["cpu_s_per_iteration"])
+                          / (one_starts / one["cpu_s_per_iteration"])})
+            print(f"  {name}, round {r + 1} (load {load:.1f}): 1 process "
+                  f"{one['sim_steps_per_s'] / 1e6:.2f} M steps/s, {one['iterations_per_s']:.1f} "
+                  f"updates/s | 2 processes {two['sim_steps_per_s'] / 1e6:.2f} M steps/s, "
+                  f"{two['iterations_per_s']:.1f} updates/s | {pairs[-1]['ratio']:.2f}x "
+                  f"wall, {pairs[-1]['cpu_ratio']:.2f}x by CPU time")
+        summary = {"rounds": pairs, "ratio_median": float(np.median([p["ratio"] for p in pairs])),
+                   "cpu_ratio_median": float(np.median([p["cpu_ratio"] for p in pairs]))}
+        report["throughput"][name] = summary
+        print(f"  {name}: median {summary['ratio_median']:.2f}x wall, "
+              f"{summary['cpu_ratio_median']:.2f}x by CPU time (goal >= {GOAL_RATIO}x)")
+
+
+def cost_model(report: dict, iterations: int, repeats: int) -> None:
+    print("2. cost model")
+    starts = (32, 16, 8, 4)
+    per_it = {s: compute_time(s, max(iterations // 2, 6)) for s in starts}
+    branches = np.array([s * 8 for s in starts], dtype=float)
+    b, a = np.polyfit(branches, [per_it[s] for s in starts], 1)
+    print("  one process, CPU time per iteration: " + ", ".join(
+        f"{s * 8} branches {per_it[s] * 1e3:.1f} ms" for s in starts)
+        + f"\n  fit: a = {a * 1e3:.2f} ms fixed + b = {b * 1e6:.1f} us per branch")
+    ar = all_reduce_times(repeats)
+    # 2 ranks: t = 2 latency + bytes / bandwidth; latency from the smallest
+    # message, bandwidth from the slope between the two largest
+    (_, t_small), (n_big1, t_big1), (n_big2, t_big2) = sorted(ar.items())[0], \
+        *sorted(ar.items())[-2:]
+    latency, bandwidth = t_small / 2, 4 * (n_big2 - n_big1) / max(t_big2 - t_big1, 1e-9)
+    print("  gloo all_reduce, 2 ranks, loopback: " + ", ".join(
+        f"{n * 4 / 1e3:g} kB {t * 1e6:.0f} us" for n, t in ar.items())
+        + f"\n  fit: latency {latency * 1e6:.0f} us per message, {bandwidth / 1e9:.2f} GB/s")
+    cfg = config(1)
+    policy = Trainer(cfg, "pendulum", "gym", Ranks()).policy
+    grad_floats = sum(p.numel() for p in policy.parameters())
+    grad_reduces = cfg.epochs * cfg.minibatches
+    small = 2 + (2 if cfg.adv_scale == "batch" else 0)  # clock and stop; normaliser, diagnostics
+    model = dict(a=a, b=b, latency=latency, bandwidth=bandwidth, grad_bytes=4 * grad_floats,
+                 grad_reduces=grad_reduces, small_reduces=small)
+    print(f"  gradient {grad_floats} floats ({4 * grad_floats / 1e3:.1f} kB), {grad_reduces} "
+          f"all-reduces per iteration + {small} small ones")
+    report["cost_model"] = {**model, "compute_s": per_it, "all_reduce_s": ar, "predictions": []}
+    networks = (("loopback, as measured", latency, bandwidth),
+                ("10 GbE, assumed", NET_LATENCY, NET_BANDWIDTH))
+    for network, lat, bw in networks:
+        net = {**model, "latency": lat, "bandwidth": bw}
+        t32, t128 = predict(1, 256, **net), predict(1, 1024, **net)
+        print(f"  predicted, {network} ({lat * 1e6:.0f} us, {bw / 1e9:.2f} GB/s): 2 processes "
+              f"{t32 / predict(2, 256, **net):.2f}x (32 starts split), "
+              f"{t128 / predict(2, 1024, **net):.2f}x (128 split)")
+        for n in PREDICT_AT:
+            row = {"network": network, "n": n,
+                   # the default batch split n ways (32 starts: at most 32 processes)
+                   "strong_speedup": t32 / predict(n, 256, **net) if 32 % n == 0 else None,
+                   # 32 or 128 starts on every process: n times the steps per iteration
+                   "weak_speedup_32": n * t32 / predict(n, 256 * n, **net),
+                   "weak_speedup_128": n * t128 / predict(n, 1024 * n, **net)}
+            report["cost_model"]["predictions"].append(row)
+            print(f"  {n:5d} processes: steps/s over one process's with 32 starts split "
+                  + (f"{row['strong_speedup']:.1f}x" if row["strong_speedup"] else "(impossible)")
+                  + f", 32 per process {row['weak_speedup_32']:.1f}x, 128 per process "
+                  f"{row['weak_speedup_128']:.1f}x")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--iterations", type=int, default=40, help="iterations per timed run")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating 1- and 2-process runs")
+    ap.add_argument("--quick", action="store_true", help="15 iterations, 2 rounds, fewer repeats")
+    ap.add_argument("--only", choices=("throughput", "model"), help="run one part")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    iterations, rounds, repeats = (15, 2, 20) if args.quick else (args.iterations, args.rounds, 100)
+    torch.set_num_threads(1)
+    report = {"load_before": os.getloadavg(), "cores": len(os.sched_getaffinity(0))}
+    if args.only != "model":
+        compare_throughput(report, iterations, rounds)
+    if args.only != "throughput":
+        cost_model(report, iterations, repeats)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,217 @@
+"""Data-parallel GRPO on torch.distributed (gloo): the ranks, the collectives
+the trainer needs, and the launcher of local workers (docs/distributed.md).
+
+Each rank owns ``num_starts / world`` of the start states (the global batch
+is the configured one, whatever the number of processes), its own simulator
+and random streams (seeded per rank), and collects its groups: a group never
+spans ranks, so group statistics stay where they are. One all-reduce per
+minibatch step averages the flattened gradients before clipping, so every
+rank takes the same optimiser step and holds the same weights. Batch-level
+statistics (the batch std of ``adv_scale = batch``, the observation
+normaliser's moments and the diagnostics, in one all-reduce) are reduced
+across ranks. Rank 0's clock sets the learning-rate schedule and decides when
+to stop; it is broadcast each iteration, so no rank waits in a collective the
+others never reach.
+
+With one process no process group exists and every reduction below is the
+identity: the trainer computes exactly what it computed before, bit for bit.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from grpo_ctrl.errors import UserError
+from grpo_ctrl.grpo_config import GRPOConfig, check_config
+
+# rank r's simulators and noise are seeded with seed + r * RANK_SEED_STRIDE (rank 0: the seed)
+RANK_SEED_STRIDE = 1_000_003
+
+
+def collective_timeout() -> timedelta:
+    """How long a collective waits for the other ranks: GRPO_CTRL_DIST_TIMEOUT
+    seconds, 300 by default. Rank 0 alone evaluates and checkpoints in
+    between, so this must exceed the longest evaluation; a rank that dies is
+    usually noticed sooner, by the launcher or by gloo's closed connection."""
+    text = os.environ.get("GRPO_CTRL_DIST_TIMEOUT", "300")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise UserError(f"GRPO_CTRL_DIST_TIMEOUT={text!r} is not a positive number of seconds; "
+                        "unset it (300 s) or set e.g. 600")
+    return timedelta(seconds=seconds)
+
+
+class Ranks:
+    """This process's place among the data-parallel training processes, and
+    the reductions the trainer makes across them."""
+
+    def __init__(self, rank: int = 0, world: int = 1):
+        self.rank, self.world = rank, world
+
+    @classmethod
+    def current(cls) -> "Ranks":
+        """The initialised process group's ranks, or a single process."""
+        if dist.is_available() and dist.is_initialized():
+            return cls(dist.get_rank(), dist.get_world_size())
+        return cls()
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 evaluates, logs, plots and checkpoints."""
+        return self.rank == 0
+
+    def seed(self, base: int) -> int:
+        return base + RANK_SEED_STRIDE * self.rank
+
+    def local_config(self, cfg: GRPOConfig) -> GRPOConfig:
+        """The configuration of this rank's rollouts: its share of the start
+        states (whole groups, the same number on every rank), checked."""
+        if cfg.num_starts % self.world:
+            below = cfg.num_starts // self.world * self.world
+            fits = " or ".join(str(n) for n in (below, below + self.world) if n > 0)
+            raise UserError(f"num_starts ({cfg.num_starts}) must be a multiple of the number of "
+                            f"processes ({self.world}), each holding an equal share of the "
+                            f"groups: set num_starts to {fits}")
+        local = replace(cfg, num_starts=cfg.num_starts // self.world)
+        try:
+            check_config(local)
+        except UserError as e:
+            raise UserError(f"with {self.world} processes, each rank's share: {e}") from None
+        return local
+
+    def average_gradients(self, params) -> None:
+        """Replace each gradient by its mean over the ranks: one all-reduce of
+        the flattened gradients."""
+        if self.world == 1:
+            return
+        grads = [p.grad for p in params if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= self.world
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    def batch_std(self, x: np.ndarray) -> float:
+        """Standard deviation (unbiased) of all ranks' x together: the
+        two-pass formula, one all-reduce per pass."""
+        if self.world == 1:
+            return float(x.std(ddof=1))
+        total = self._sum([x.sum(), x.size])
+        mean = total[0] / total[1]
+        squares = self._sum([((x - mean) ** 2).sum()])
+        return float(np.sqrt(squares[0] / (total[1] - 1)))
+
+    def reduce_batch(self, norm, obs: torch.Tensor, diagnostics: dict | None = None) -> dict:
+        """Fold all ranks' observations obs (N, nobs) into the RunningNorm
+        norm, and return the diagnostics' means over the ranks: one
+        all-reduce of counts, sums and squares about the running mean (the
+        same on every rank, so the sums stay small where the data is)."""
+        diagnostics = diagnostics or {}
+        if self.world == 1:
+            norm.update(obs)
+            return diagnostics
+        x = obs.reshape(-1, norm.mean.numel()).double()
+        d = x - norm.mean
+        total = torch.cat([torch.tensor([float(x.shape[0])], dtype=torch.float64), d.sum(0),
+                           (d * d).sum(0),
+                           torch.tensor(list(diagnostics.values()), dtype=torch.float64)])
+        dist.all_reduce(total)
+        k = norm.mean.numel()
+        n, shift = total[0], total[1:1 + k] / total[0]
+        var = (total[1 + k:1 + 2 * k] / n - shift * shift).clamp(min=0.0)
+        norm.merge(int(n), norm.mean + shift, var)
+        return {key: float(v) / self.world for key, v in zip(diagnostics, total[1 + 2 * k:])}
+
+    def agree(self, values: list[float]) -> list[float]:
+        """Rank 0's values, on every rank."""
+        if self.world == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.broadcast(t, 0)
+        return t.tolist()
+
+    def broadcast_parameters(self, module: torch.nn.Module) -> None:
+        """Rank 0's parameters, on every rank (one flattened broadcast)."""
+        if self.world == 1:
+            return
+        params = list(module.parameters())
+        flat = torch.cat([p.detach().reshape(-1) for p in params])
+        dist.broadcast(flat, 0)
+        offset = 0
+        with torch.no_grad():
+            for p in params:
+                p.copy_(flat[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+
+    def _sum(self, values) -> np.ndarray:
+        t = torch.tensor(np.asarray(values, dtype=np.float64))
+        dist.all_reduce(t)
+        return t.numpy()
+
+
+# ----------------------------------------------------------------- launching
+def torchrun_world() -> int | None:
+    """The world size torchrun (or another env:// launcher) set, or None."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["WORLD_SIZE"])
+    return None
+
+
+def run_from_env(worker, args: tuple = ()) -> None:
+    """Run ``worker(*args)`` as one rank of the process group a launcher such
+    as torchrun described in the environment (MASTER_ADDR, MASTER_PORT,
+    RANK, WORLD_SIZE)."""
+    dist.init_process_group("gloo", init_method="env://", timeout=collective_timeout())
+    try:
+        worker(*args)
+    finally:
+        dist.destroy_process_group()
+
+
+class WorkerFailed(RuntimeError):
+    """A local worker died or raised; the others were stopped."""
+
+
+def _run_rank(rank: int, world: int, port: int, worker, args: tuple) -> None:
+    timeout = collective_timeout()
+    store = dist.TCPStore("127.0.0.1", port, world + 1, is_master=False, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
+    try:
+        worker(*args)
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(nproc: int, worker, args: tuple = ()) -> None:
+    """Run ``worker(*args)`` in ``nproc`` forked processes, ranks 0..nproc-1
+    of one gloo group on loopback (this process holds the rendezvous store).
+    If one dies or raises, the others are stopped and WorkerFailed says which
+    and why in one line."""
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback, whatever the hostname says
+    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)  # we say it once
+    store = dist.TCPStore("127.0.0.1", 0, nproc + 1, is_master=True, wait_for_workers=False,
+                          timeout=collective_timeout())
+    try:
+        mp.start_processes(_run_rank, args=(nproc, store.port, worker, args), nprocs=nproc,
+                           start_method="fork")
+    except mp.ProcessExitedException as e:
+        how = (f"was killed by signal {e.signal_name}" if e.signal_name else
+               f"exited with code {e.exit_code}")
+        raise WorkerFailed(f"worker rank {e.error_index} (pid {e.error_pid}) {how}; the other "
+                           f"workers were stopped") from None
+    except mp.ProcessRaisedException as e:
+        last = e.msg.strip().splitlines()[-1]
+        raise WorkerFailed(f"worker rank {e.error_index} (pid {e.error_pid}) failed: {last}; the "
+                           f"other workers were stopped") from None

@@ -1,0 +1,49 @@
+"""The layout of a run folder: what ``grpo-ctrl train`` writes there and
+every loader of a run reads, named in one place.
+
+* ``config.toml``: the resolved configuration (loadable with ``--config``),
+  the plant's ``system`` and ``preset`` included;
+* ``metrics.jsonl``: one line per iteration;
+* ``curve.png``: the training curve;
+* ``latest.pt`` and ``best.pt``: the last checkpoint and the one with the best
+  deterministic evaluation return so far.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpo_ctrl.errors import UserError
+
+CONFIG = "config.toml"
+METRICS = "metrics.jsonl"
+CURVE = "curve.png"
+LATEST = "latest"
+BEST = "best"
+
+
+def checkpoint_file(which: str) -> str:
+    """The file name of checkpoint ``which`` (``LATEST`` or ``BEST``)."""
+    return f"{which}.pt"
+
+
+def checkpoint_path(path: Path, which: str = BEST) -> Path:
+    """The checkpoint a run folder or file names: ``best.pt`` of a run folder
+    by default (``latest.pt`` if there is no best yet)."""
+    path = Path(path)
+    if path.is_dir():
+        names = (checkpoint_file(which), checkpoint_file(LATEST))
+        for name in names:
+            if (path / name).is_file():
+                return path / name
+        raise UserError(f"run folder {str(path)!r} has no checkpoint ({' or '.join(names)}); "
+                        "is training finished, or is this the right folder?")
+    if not path.exists():
+        raise UserError(f"{str(path)!r} does not exist; name a run folder or a checkpoint file")
+    return path
+
+
+def run_of(source: Path, checkpoint: Path) -> Path | None:
+    """The run folder a loaded checkpoint belongs to, if any."""
+    if Path(source).is_dir() or checkpoint.parent.joinpath(CONFIG).exists():
+        return checkpoint.parent
+    return None

@@ -1,0 +1,221 @@
+"""The code's shape: imports run one way (docs/architecture.md), a plant's
+layout is written in its C model only and is consistent with its dynamics,
+and the source stays Python 3.10 compatible (pyproject's requires-python)."""
+import ast
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grpo_ctrl.plant import Observer, plant_spec, presets, systems
+from grpo_ctrl.sim import BatchSim
+
+ROOT = Path(__file__).resolve().parent.parent
+# where each installed package's source lives (pyproject's package-dir)
+PACKAGES = {"grpo_ctrl": ROOT / "grpo_ctrl", "grpo_ctrl.export": ROOT / "export",
+            "grpo_ctrl.firmware_bridge": ROOT / "firmware_bridge"}
+
+# The layers, bottom first; a module may import its own layer and those below.
+# A module's layer is that of the longest entry naming it or a package above it.
+LAYERS = [
+    ("base", ["grpo_ctrl", "grpo_ctrl.errors", "grpo_ctrl.files", "grpo_ctrl.run_folder",
+              "grpo_ctrl._cdef", "grpo_ctrl._build_sim"]),
+    ("plant", ["grpo_ctrl.plant", "grpo_ctrl._pendsim", "grpo_ctrl.randomize"]),
+    ("simulator", ["grpo_ctrl.sim"]),
+    ("controllers and Gymnasium adapters", ["grpo_ctrl.baselines", "grpo_ctrl.policy",
+                                            "grpo_ctrl.gym_env"]),
+    ("controller contract and evaluation", ["grpo_ctrl.controller", "grpo_ctrl.closed_loop",
+                                            "grpo_ctrl.robustness"]),
+    ("training", ["grpo_ctrl.grpo_config", "grpo_ctrl.distributed", "grpo_ctrl.grpo",
+                  "grpo_ctrl.overlap", "grpo_ctrl.train"]),
+    ("export", ["grpo_ctrl.export"]),
+    ("serial bridge", ["grpo_ctrl.firmware_bridge"]),
+    ("application", ["grpo_ctrl.cli", "grpo_ctrl.__main__", "grpo_ctrl.demo", "grpo_ctrl.bench_cli",
+                     "grpo_ctrl.cli_eval", "grpo_ctrl.baselines.report",
+                     "grpo_ctrl.export.cli_export", "grpo_ctrl.export.cli_inspect",
+                     "grpo_ctrl.export.cli_verify"]),
+]
+RANK = {name: rank for rank, (_, names) in enumerate(LAYERS) for name in names}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            found[".".join([package, *parts])] = path
+    return found
+
+
+def rank_of(module: str) -> int:
+    """The layer of ``module``; a new module must be given one (the top
+    package ``grpo_ctrl`` names only its ``__init__``, not all below it)."""
+    parts = module.split(".")
+    for n in range(len(parts), 1 if len(parts) > 1 else 0, -1):
+        if ".".join(parts[:n]) in RANK:
+            return RANK[".".join(parts[:n])]
+    raise AssertionError(f"{module} has no layer: add it to LAYERS here and to "
+                         "docs/architecture.md")
+
+
+def imports(path: Path, known) -> set[str]:
+    """The project modules ``path`` imports, at the top or inside functions."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known
+                     else node.module for a in node.names]
+        else:
+            continue
+        out |= {n for n in names if n == "grpo_ctrl" or n.startswith("grpo_ctrl.")}
+    return out
+
+
+def test_every_module_imports_only_its_own_layer_and_those_below():
+    known = modules()
+    upward = []
+    for module, path in known.items():
+        for target in imports(path, known):
+            if rank_of(target) > rank_of(module):
+                upward.append(f"{module} ({LAYERS[rank_of(module)][0]}) imports {target} "
+                              f"({LAYERS[rank_of(target)][0]})")
+    assert not upward, "imports that go up a layer:\n" + "\n".join(upward)
+
+
+def test_a_module_without_a_layer_is_named():
+    with pytest.raises(AssertionError, match="grpo_ctrl.brand_new has no layer"):
+        rank_of("grpo_ctrl.brand_new")
+    assert rank_of("grpo_ctrl.baselines.lqr") == rank_of("grpo_ctrl.baselines")
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from grpo_ctrl.export.onnx_export import export_onnx\n")
+    found = imports(bad, modules())
+    assert found == {"grpo_ctrl.export.onnx_export"}
+    assert rank_of("grpo_ctrl.export.onnx_export") > rank_of("grpo_ctrl.sim")
+
+
+# ---------------------------------------------------------------- plant layouts
+# the per-plant tables that once restated a plant's layout outside csrc/plants.c
+OLD_TABLES = ["POLE", "POLE_TRIG", "CYCLIC", "_ACTION", "_VELOCITY_RANGE", "_ANGLES", "_TRACK",
+              "_START", "DEFAULT_LIMITS"]
+# a dict literal keyed by the plants' names is a layout written down by hand
+PER_PLANT_DICT = re.compile(r'\{\s*"pendulum"\s*:')
+# ... except where the entries are per-plant code, not layout
+PER_PLANT_CODE = {"grpo_ctrl.baselines.swingup"}  # each plant's energy law is its own class
+
+
+def test_no_module_outside_the_plant_layer_writes_down_a_plant_layout():
+    offenders = []
+    for module, path in modules().items():
+        text = path.read_text()
+        for name in OLD_TABLES:
+            if re.search(rf"^\s*{re.escape(name)}\s*=", text, re.M):
+                offenders.append(f"{module}: table {name}")
+        if PER_PLANT_DICT.search(text) and module not in PER_PLANT_CODE:
+            offenders.append(f"{module}: a dict keyed by plant name")
+    assert not offenders, offenders
+
+
+ALL_PRESETS = [(s, p) for s in systems() for p in presets(s)]
+
+
+@pytest.mark.parametrize("system,preset", ALL_PRESETS)
+def test_each_layout_agrees_with_its_plants_dynamics_and_observation(system, preset):
+    spec = plant_spec(system, preset)
+    nx = spec.nx
+    sim = BatchSim(system, 1, preset, enc_counts=[0.0] * nx)  # exact sensors
+    assert spec == sim.spec
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1.0, 1.0, nx)
+    xdot = sim.dynamics(x, 0.3)
+    # the sensors' velocities are their positions' derivatives; an angle's
+    # rate is an angular velocity, in rad/s
+    for pos, vel in spec.channels:
+        assert xdot[pos] == x[vel]
+        assert spec.angular_velocities[vel] == spec.angles[pos]
+    assert sorted(k for ch in spec.channels for k in ch) == list(range(nx))
+    assert spec.angles[spec.pole_angle] and xdot[spec.pole_angle] == x[spec.pole_velocity]
+    for k in range(nx):
+        want = ("rad",) if spec.angles[k] else ("rad/s",) if spec.angular_velocities[k] else (
+            "m", "m/s")
+        assert spec.state_units[k] in want
+    # cyclic components do not enter the dynamics
+    for k in spec.cyclic:
+        moved = x.copy()
+        moved[k] += 0.7
+        np.testing.assert_array_equal(sim.dynamics(moved, 0.3), xdot)
+    # the observation: cos/sin of each angle where obs_index says, the rest as is
+    obs = Observer(spec)(x)
+    sim.set_state({"x": x[None, :]})
+    np.testing.assert_array_equal(obs, sim.observe()[0])  # the same C function
+    assert len(spec.obs_units) == spec.nobs
+    for k in range(nx):
+        i = spec.obs_index[k]
+        if spec.angles[k]:
+            np.testing.assert_allclose(obs[i:i + 2], [np.cos(x[k]), np.sin(x[k])], atol=1e-7)
+            assert spec.obs_units[i:i + 2] == ("1", "1")
+        else:
+            assert obs[i] == np.float32(x[k]) and spec.obs_units[i] == spec.state_units[k]
+    # the start box and limits are the preset's
+    assert spec.x0_low == tuple(sim.model.x0_low[k] for k in range(nx))
+    assert len(spec.channel_pos_limits) == len(spec.channels) == len(spec.channel_vel_limits)
+
+
+# what each sensor channel of a rig reads, written out by hand as the
+# independent reference: (state index of its position, of its velocity)
+RIG_CHANNELS = {"pendulum": [(0, 1)], "cartpole": [(0, 1), (2, 3)], "furuta": [(0, 2), (1, 3)]}
+
+
+@pytest.mark.parametrize("system", systems())
+def test_the_host_observes_a_rig_as_the_simulator_observes_its_state(system):
+    from grpo_ctrl.firmware_bridge import protocol as P
+    from grpo_ctrl.firmware_bridge.observation import Features
+
+    spec = plant_spec(system)
+    channels = RIG_CHANNELS[system]
+    angle_mask = sum(spec.angles[pos] << c for c, (pos, _) in enumerate(channels))
+    counts_per_unit = [4096.0 if angle_mask >> c & 1 else 10000.0 for c in range(len(channels))]
+    info = P.Info(P.VERSION, P.SYSTEMS.index(system), len(channels), angle_mask, 1, 5000, 1.0,
+                  tuple(counts_per_unit + [0.0] * (4 - len(channels))), 10000, spec.preset, 1)
+    features = Features(info)
+    sim = BatchSim(system, 1, enc_counts=[0.0] * spec.nx)
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        pos = tuple(int(v) for v in rng.integers(-6000, 6000, len(channels)))
+        vel = tuple(int(v) for v in rng.integers(-90000, 90000, len(channels)))
+        x = np.zeros(spec.nx)
+        for c, (p, v) in enumerate(channels):
+            unit = (2 * np.pi if angle_mask >> c & 1 else 1.0) / counts_per_unit[c]
+            x[p], x[v] = pos[c] * unit, vel[c] * unit
+        sim.set_state({"x": x[None, :]})
+        obs = features(P.State(0, 0, 0, 0.0, 1, 0, 0, pos=pos, vel=vel))
+        np.testing.assert_array_equal(obs, sim.observe()[0])
+        pole = x[spec.pole_angle]
+        assert features.angle(obs) == pytest.approx(np.arctan2(np.sin(pole), np.cos(pole)),
+                                                     abs=1e-6)
+
+
+# ---------------------------------------------------------------- Python 3.10
+def test_the_source_runs_on_python_3_10(tmp_path):
+    vermin = shutil.which("vermin")
+    if vermin is None:
+        pytest.skip("vermin is not installed: pip install 'grpo-ctrl[test]' (or pip install vermin)")
+
+    def check(*paths):
+        return subprocess.run([vermin, "-q", "-t=3.10-", "--no-tips", "--violations",
+                               "--eval-annotations", *map(str, paths)], cwd=ROOT,
+                              capture_output=True, text=True)
+
+    done = check("grpo_ctrl", "export", "firmware_bridge", "benchmarks", "tests")
+    assert done.returncode == 0, done.stdout + done.stderr
+    newer = tmp_path / "newer.py"
+    newer.write_text("import tomllib\n")  # 3.11: what train.py once did
+    assert check(newer).returncode != 0
