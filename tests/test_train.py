@@ -289,13 +289,13 @@ def test_randomize_table_then_flags_and_the_hardware_presets_draw_by_default(tmp
 
 
 def test_run_folder_records_the_randomisation(tmp_path):
-    import tomllib
+    from grpo_ctrl.train import read_toml
     out = tmp_path / "run"
     assert cli.main(["train", "--preset", "rig", "--out", str(out), "--iterations", "1",
                      "--time-budget", "0", "--num-starts", "4", "--group-size", "2",
                      "--eval-episodes", "2", "--overlap", "false", "--randomize", "delay=1,2",
                      "--quiet"]) == 0
-    table = tomllib.loads((out / "config.toml").read_text())["randomize"]
+    table = read_toml(str(out / "config.toml"))["randomize"]
     assert table["delay"] == [1, 2] and table["params"] == 0.35
     from grpo_ctrl.policy import read_checkpoint
     assert read_checkpoint(out / "best.pt")["randomize"] == table
