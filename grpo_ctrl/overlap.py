@@ -9,10 +9,13 @@ those is ~20x faster than pickling tensors.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import multiprocessing
+import multiprocessing.util  # registers its exit hook (join every child) before ours, below
 import os
 import signal
+import weakref
 from dataclasses import fields
 
 import torch
@@ -58,40 +61,73 @@ def _serve(conn, parent: int, make_rollout, make_policy, seed: int) -> None:
             conn.send(e)
 
 
+class _Link:
+    """The trainer's end of one collector: what stopping it needs, apart from
+    the collector object, so that a finalizer can stop it without keeping the
+    object alive."""
+
+    def __init__(self, pipe, process):
+        self.pipe, self.process, self.pending = pipe, process, False
+
+    def stop(self) -> None:
+        """Ask the collector to end, then make sure it has: it ignores SIGTERM
+        (multiprocessing's exit hook would send that and then wait forever)."""
+        try:
+            if self.pending and self.pipe.poll(10):
+                self.pipe.recv()  # the batch it is collecting: nobody will train on it
+            self.pipe.send(None)
+        except (EOFError, OSError):  # it is gone already
+            pass
+        self.process.join(timeout=10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.pipe.close()
+
+
+# Collectors nobody closed are stopped at exit, before multiprocessing's own hook
+# (registered earlier, so run later) joins them.
+_unclosed: set = set()
+atexit.register(lambda: [stop() for stop in list(_unclosed)])
+
+
 class OverlapCollector:
     """A second process that collects batches one update ahead of the trainer.
 
     ``make_rollout()`` and ``make_policy()`` build, inside the collector, the
     rollout pool (an object with ``collect(policy, generator) -> batch``) and a
-    policy of the trainer's architecture."""
+    policy of the trainer's architecture. ``close()`` stops it; so do garbage
+    collection and interpreter exit, for a trainer that was never closed."""
 
     def __init__(self, make_rollout, make_policy, seed: int):
         ctx = multiprocessing.get_context("fork")
-        self._pipe, theirs = ctx.Pipe()
-        self._process = ctx.Process(target=_serve, daemon=True,
-                                    args=(theirs, os.getpid(), make_rollout, make_policy, seed))
-        self._process.start()
-        self._pending = False
-        if self._pipe.recv() != "ready":
+        pipe, theirs = ctx.Pipe()
+        process = ctx.Process(target=_serve, daemon=True,
+                              args=(theirs, os.getpid(), make_rollout, make_policy, seed))
+        process.start()
+        theirs.close()  # the collector's end lives in the collector: EOF here when it dies
+        self._link = _Link(pipe, process)
+        self._stop = weakref.finalize(self, self._link.stop)
+        self._stop.atexit = False  # the hook above runs it, in the right order
+        _unclosed.add(self._stop)
+        if pipe.recv() != "ready":
+            self.close()
             raise RuntimeError("the overlap collector did not start")
 
     def next_batch(self, policy):
         """The batch collected with the policy of one update ago (the first
         time: with this one); the collection of the next starts now, with
         this policy."""
-        if not self._pending:
-            self._pipe.send(policy.numpy_state())
-        message = self._pipe.recv()
+        link = self._link
+        if not link.pending:
+            link.pipe.send(policy.numpy_state())
+        message = link.pipe.recv()
         if isinstance(message, Exception):
             raise message
-        self._pipe.send(policy.numpy_state())
-        self._pending = True
+        link.pipe.send(policy.numpy_state())
+        link.pending = True
         return _unpack(message)
 
     def close(self) -> None:
-        if self._pending:
-            self._pipe.recv()  # the batch it is collecting: nobody will train on it
-        self._pipe.send(None)
-        self._process.join(timeout=10)
-        self._pipe.close()
-
+        _unclosed.discard(self._stop)
+        self._stop()  # a finalizer runs once: a second close does nothing

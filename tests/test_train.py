@@ -267,7 +267,7 @@ def test_the_overlap_collector_dies_with_a_killed_trainer(tmp_path):
             "from grpo_ctrl.grpo_config import GRPOConfig;"
             "t = Trainer(GRPOConfig(overlap=True, num_starts=8, group_size=4, horizon=16,"
             " loss_steps=8), 'pendulum', 'gym'); t.step();"
-            "print(t._collector._process.pid, flush=True); time.sleep(60)")
+            "print(t._collector._link.process.pid, flush=True); time.sleep(60)")
     trainer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     collector = int(trainer.stdout.readline())
     os.kill(trainer.pid, signal.SIGKILL)
@@ -283,6 +283,26 @@ def test_the_overlap_collector_dies_with_a_killed_trainer(tmp_path):
                 return
         time.sleep(0.05)
     raise AssertionError(f"collector {collector} outlived its trainer")
+
+
+def test_a_trainer_never_closed_lets_python_exit_and_its_collector_end():
+    """The collector ignores SIGTERM (the trainer decides when to stop), so
+    multiprocessing's exit hook, which terminates then joins daemon children,
+    waited forever for one nobody closed: pytest itself hung after its summary.
+    Exit, and garbage collection, must stop it."""
+    code = ("import gc; from grpo_ctrl.grpo import Trainer;"
+            "from grpo_ctrl.grpo_config import GRPOConfig;"
+            "cfg = GRPOConfig(overlap=True, num_starts=8, group_size=4, horizon=16, loss_steps=8);"
+            "t = Trainer(cfg, 'pendulum', 'gym'); t.step();"
+            "p = t._collector._link.process; del t; gc.collect();"
+            "assert not p.is_alive(), 'collector alive after its trainer was collected';"
+            "kept = Trainer(cfg, 'pendulum', 'gym'); kept.step();"
+            "print(kept._collector._link.process.pid, flush=True)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    collector = int(done.stdout)
+    with pytest.raises(ProcessLookupError):
+        os.kill(collector, 0)
 
 
 def test_every_hyperparameter_documents_itself():
