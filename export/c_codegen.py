@@ -500,10 +500,12 @@ def supported_ops() -> set[str]:
 
 
 def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> None:
-    """out (M, N) = alpha * op(A) op(B) + beta * C. Every output sums its
-    products in the order k = 0..K-1; the loops run k outside and j inside,
-    so a compiler can vectorise across outputs without reordering any sum.
-    A constant B is stored (K, N), row by row as the inner loop reads it."""
+    """out (M, N) = alpha * op(A) op(B) + beta * C, one dot product per
+    output: the sum runs over k = 0..K-1 in a local accumulator (a register,
+    not a store and a load per product), in the order ONNX defines, so the
+    result is the same bit for bit as summing into the output. A constant B
+    is stored (N, K), row j the K weights of output j, read in order (on AVR
+    a flash read that walks a pointer)."""
     a_name, b_name = node.input[0], node.input[1]
     shapes = [np.asarray(consts[x]).shape if x in consts else tensors[x].shape
               for x in (a_name, b_name)]
@@ -515,6 +517,7 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
     M, K = (ac, ar) if ta else (ar, ac)
     N = br if tb else bc
     m = "m" if M > 1 else "0"
+    j = "j" if N > 1 else "0"
 
     def elem(name, shape, row, col, trans):
         r, c = (col, row) if trans else (row, col)
@@ -526,17 +529,17 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
 
     a = elem(a_name, shapes[0], m, "k", ta)
     if b_name in consts:
-        b_kn = np.asarray(consts[b_name], np.float32)
-        b_kn = b_kn.T if tb else b_kn
-        b = em.const_at(b_name + ' (K x N)', b_kn, 'k' if N == 1 else f'k * {N} + j')
+        b_nk = np.asarray(consts[b_name], np.float32)
+        b_nk = b_nk if tb else b_nk.T
+        b = em.const_at(b_name + ' (N x K)', b_nk, 'k' if N == 1 else f'j * {K} + k')
     else:
-        b = elem(b_name, shapes[1], "k", "j", tb)
+        b = elem(b_name, shapes[1], "k", j, tb)
     row = f"m * {N} + " if M > 1 else ""
     dst = _at(out, f"{row}j" if N > 1 else (f"m * {N}" if M > 1 else "0"))
-    epilogue = dst
+    value = "acc"
     alpha = float(attrs.get("alpha", 1.0))
     if alpha != 1.0:
-        epilogue = f"{_float_literal(alpha)} * {epilogue}"
+        value = f"{_float_literal(alpha)} * acc"
     if len(node.input) > 2 and node.input[2]:
         beta = float(attrs.get("beta", 1.0))
         c_name = node.input[2]
@@ -554,15 +557,14 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
         else:
             c = (em.const_at(c_name, consts[c_name], c_idx) if c_name in consts
                  else _at(tensors[c_name], c_idx))
-        epilogue += f" + {c}" if beta == 1.0 else f" + {_float_literal(beta)} * {c}"
-    each_j = (lambda stmt: f"for (int j = 0; j < {N}; ++j) {stmt}") if N > 1 else (lambda s: s)
-    lines = [each_j(f"{dst} = 0.0f;"),
-             f"for (int k = 0; k < {K}; ++k) {{",
-             f"  const float a = {a};",
-             "  " + each_j(f"{dst} += a * {b};"),
-             "}"]
-    if epilogue != dst:
-        lines.append(each_j(f"{dst} = {epilogue};"))
+        value += f" + {c}" if beta == 1.0 else f" + {_float_literal(beta)} * {c}"
+    lines = ["float acc = 0.0f;",
+             f"for (int k = 0; k < {K}; ++k) acc += {a} * {b};",
+             f"{dst} = {value};"]
+    if N > 1:
+        lines = [f"for (int j = 0; j < {N}; ++j) {{"] + ["  " + x for x in lines] + ["}"]
+    else:
+        lines = ["{"] + ["  " + x for x in lines] + ["}"]
     if M > 1:
         lines = [f"for (int m = 0; m < {M}; ++m) {{"] + ["  " + x for x in lines] + ["}"]
     em.lines.extend("  " + x for x in lines)
