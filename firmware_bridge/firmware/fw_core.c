@@ -121,12 +121,14 @@ void fw_transmit(fw_device *d)
 /* Number a frame and queue it; never blocks. Room is made by dropping the
  * oldest queued STATE not yet begun; what still does not fit is dropped and
  * counted (its sequence number is used, so the host counts it lost). */
-static void send(fw_device *d, proto_frame *f)
+static void send(fw_device *d, uint8_t type, uint8_t len)
 {
-  uint8_t wire[PROTO_MAX_WIRE];
+  proto_frame *f = &d->tx_frame;
+  f->type = type;
   f->seq = d->tx_seq++;
-  const uint8_t n = (uint8_t)proto_encode(f, wire);
-  const uint8_t is_state = f->type == MSG_STATE;
+  f->len = len;
+  const uint8_t n = (uint8_t)proto_encode(f, d->tx_wire);
+  const uint8_t is_state = type == MSG_STATE;
   FW_COUNTER(d, COUNTER_TX_FRAMES)++;
   while (d->tx_bytes + n > FW_TX_BUF || d->tx_frames_queued == FW_TX_FRAMES) {
     uint8_t k = d->tx_sent ? 1 : 0;
@@ -141,7 +143,7 @@ static void send(fw_device *d, proto_frame *f)
   }
   uint16_t at = ring((uint16_t)(d->tx_head + d->tx_bytes));
   for (uint8_t i = 0; i < n; ++i) {
-    d->tx_buf[at] = wire[i];
+    d->tx_buf[at] = d->tx_wire[i];
     at = ring((uint16_t)(at + 1));
   }
   d->tx_bytes = (uint16_t)(d->tx_bytes + n);
@@ -154,10 +156,7 @@ static void send(fw_device *d, proto_frame *f)
 static void send_ack(fw_device *d, const proto_frame *req, uint8_t result)
 {
   const proto_ack a = {req->type, req->seq, result, d->mode};
-  proto_frame f;
-  f.type = MSG_ACK;
-  f.len = proto_pack_ack(&a, f.payload);
-  send(d, &f);
+  send(d, MSG_ACK, proto_pack_ack(&a, d->tx_frame.payload));
 }
 
 static void send_status(fw_device *d, uint8_t type)
@@ -173,10 +172,7 @@ static void send_status(fw_device *d, uint8_t type)
   s.counter[COUNTER_RX_BAD_FRAMES] = d->rx.bad_frames;
   s.counter[COUNTER_RX_OVERFLOWS] = d->rx.overflows;
   /* COUNTER_TX_FRAMES = this frame's seq: the frames numbered before it */
-  proto_frame f;
-  f.type = type;
-  f.len = proto_pack_status(&s, f.payload);
-  send(d, &f);
+  send(d, type, proto_pack_status(&s, d->tx_frame.payload));
 }
 
 static void send_info(fw_device *d)
@@ -200,10 +196,7 @@ static void send_info(fw_device *d)
   i.vel_cutoff_hz = d->cfg.vel_cutoff_hz;
   memcpy(i.pos_limit, d->cfg.pos_limit, sizeof i.pos_limit);
   memcpy(i.vel_limit, d->cfg.vel_limit, sizeof i.vel_limit);
-  proto_frame f;
-  f.type = MSG_INFO;
-  f.len = proto_pack_info(&i, f.payload);
-  send(d, &f);
+  send(d, MSG_INFO, proto_pack_info(&i, d->tx_frame.payload));
 }
 
 /* ---------------------------------------------------------------- modes */
@@ -378,10 +371,7 @@ static void on_frame(fw_device *d, const proto_frame *f)
       q.result = known;
       q.value = 0.0f;
     }
-    proto_frame reply;
-    reply.type = MSG_PARAM;
-    reply.len = proto_pack_param(&q, reply.payload);
-    send(d, &reply);
+    send(d, MSG_PARAM, proto_pack_param(&q, d->tx_frame.payload));
     break;
   }
   default: break;  /* the decoder passes host-to-device types only */
@@ -523,10 +513,7 @@ void fw_tick(fw_device *d)
     s.vel[c] = v >= 2147483520.0f ? INT32_MAX : v <= -2147483520.0f ? INT32_MIN : (int32_t)lroundf(v);
   }
   const uint32_t seq = d->tx_seq;
-  proto_frame f;
-  f.type = MSG_STATE;
-  f.len = proto_pack_state(&s, f.payload);
-  send(d, &f);
+  send(d, MSG_STATE, proto_pack_state(&s, d->tx_frame.payload));
   d->last_state_seq = seq;
   d->have_state = 1;
 }

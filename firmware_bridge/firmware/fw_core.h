@@ -86,6 +86,8 @@ typedef struct {
   uint32_t tx_seq;
   uint8_t have_state;
   uint32_t last_state_seq;
+  proto_frame tx_frame;          /* the frame being queued: its payload packed in place */
+  uint8_t tx_wire[PROTO_MAX_WIRE];  /* and encoded (here, not on a 2 KB chip's stack) */
   uint8_t tx_buf[FW_TX_BUF];     /* ring of queued wire bytes */
   uint16_t tx_head, tx_bytes;    /* first queued byte, bytes queued */
   uint8_t tx_len[FW_TX_FRAMES];  /* queued frames, oldest first */

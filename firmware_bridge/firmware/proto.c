@@ -123,7 +123,10 @@ static float get_f32(const uint8_t *p)
 /* ---------------------------------------------------------------- frames */
 size_t proto_encode(const proto_frame *f, uint8_t *out)
 {
-  uint8_t raw[PROTO_MAX_RAW];
+  /* the raw frame is assembled at out + 1 and COBS-encoded in place: below
+   * 254 bytes each input byte becomes one output byte one place back, read
+   * before it is overwritten (no second buffer on a 2 KB chip's stack) */
+  uint8_t *raw = out + 1;
   if (f->len > PROTO_MAX_PAYLOAD) return 0;
   raw[0] = PROTO_VERSION;
   raw[1] = f->type;
