@@ -41,7 +41,10 @@ _UNARY = {
     "Cos": "cosf({x})", "Tan": "tanf({x})", "Atan": "atanf({x})", "Asin": "asinf({x})",
     "Acos": "acosf({x})", "Floor": "floorf({x})", "Ceil": "ceilf({x})",
     "Round": "nearbyintf({x})",  # ONNX rounds half to even, as nearbyintf does by default
-    "Reciprocal": "(1.0f / {x})", "Relu": "fmaxf({x}, 0.0f)",
+    "Reciprocal": "(1.0f / {x})",
+    # a compare, not fmaxf: the same value for every input (NaN gives 0 either way), and
+    # no call per element where fmaxf is a library function (AVR, Cortex-M4)
+    "Relu": "({x} > 0.0f ? {x} : 0.0f)",
     "Sigmoid": "(1.0f / (1.0f + expf(-{x})))",
     "Softplus": "({x} > 20.0f ? {x} : log1pf(expf({x})))",
     "Sign": "({x} > 0.0f ? 1.0f : ({x} < 0.0f ? -1.0f : 0.0f))",
