@@ -32,7 +32,6 @@ from pathlib import Path
 
 import onnx
 
-from grpo_ctrl.export.c_codegen import generate_c
 from grpo_ctrl.export.verify import operating_observations
 from grpo_ctrl.firmware_bridge import boards
 
@@ -46,7 +45,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
-    src = generate_c(onnx.load(POLICY))
+    model = onnx.load(POLICY)
     obs = operating_observations("pendulum", "rig", 4)
     results = {}
     for name, b in boards.BOARDS.items():
@@ -54,6 +53,7 @@ def main() -> int:
         if missing:
             print(f"{name}: skipped: {missing}")
             continue
+        src = boards.controller_c(b, model)
         fit = boards.measure(b, src)
         r = boards.target_check(b, src, obs)
         unit = "cycles" if name == "uno" else "instructions"

@@ -176,21 +176,39 @@ class _Emitter:
     const_bytes: int = 0
     const_names: dict = field(default_factory=dict)
     rom: str = "ROM"  # prefix of the flash qualifier and read macros (<NAME>_ROM, _ROM_F, _ROM_U16)
+    pack: bool = False  # store large constant arrays packed (_packed): 3.5 B a float
+    packed: set = field(default_factory=set)  # C names of the arrays stored packed
 
     def const_at(self, name: str, arr: np.ndarray, idx: str) -> str:
         """C expression of element ``idx`` of constant ``name`` (a flash read on AVR)."""
-        return f"{self.rom}_F({self.const_array(name, arr)}, {idx})"
+        cname = self.const_array(name, arr)
+        if cname in self.packed:
+            return f"{self.rom}_PACKED({cname}, {idx})"
+        return f"{self.rom}_F({cname}, {idx})"
 
     def const_array(self, name: str, arr: np.ndarray) -> str:
-        """C name of a ``static const float`` array holding constant ``name``."""
+        """C name of a ``static const float`` array holding constant ``name``
+        (or, packed, of its three arrays ``<name>_low``, ``_top``, ``_tab``)."""
         if name not in self.const_names:
             cname = f"k{len(self.const_names)}"
             flat = np.asarray(arr, np.float32).reshape(-1)
-            self.const_bytes += 4 * flat.size
-            body = ", ".join(_float_literal(v) for v in flat)
             shape = "x".join(str(d) for d in np.shape(arr)) or "scalar"
-            self.consts.append(f"/* {name} ({shape}) */\nstatic const float {cname}[{flat.size}] {self.rom} = "
-                               f"{{{_wrap(body)}}};")
+            packed = _packed(flat) if self.pack else None
+            if packed is None:
+                self.const_bytes += 4 * flat.size
+                body = ", ".join(_float_literal(v) for v in flat)
+                self.consts.append(f"/* {name} ({shape}) */\nstatic const float {cname}[{flat.size}] "
+                                   f"{self.rom} = {{{_wrap(body)}}};")
+            else:
+                self.packed.add(cname)
+                defs = [f"/* {name} ({shape}), packed: each float's three low bytes, a 4-bit index "
+                        "per float into the table of its top bytes */"]
+                for part, data in zip(("low", "top", "tab"), packed):
+                    self.const_bytes += data.size
+                    body = ", ".join(str(int(v)) for v in data)
+                    defs.append(f"static const unsigned char {cname}_{part}[{data.size}] {self.rom} = "
+                                f"{{{_wrap(body)}}};")
+                self.consts.append("\n".join(defs))
             self.const_names[name] = cname
         return self.const_names[name]
 
@@ -203,6 +221,25 @@ class _Emitter:
         self.consts.append(f"/* element numbers for {what} */\nstatic const unsigned short "
                            f"{cname}[{indices.size}] {self.rom} = {{{_wrap(body)}}};")
         return cname
+
+
+def _packed(flat: np.ndarray):
+    """A float32 array stored losslessly in 3.5 bytes a value: the three low
+    bytes of each (mantissa and the exponent's lowest bit), and a 4-bit index
+    into a table of the distinct top bytes (sign and the exponent's high
+    seven bits), which trained weights spread over a few binades share. None
+    where that does not apply: more than 16 top bytes, an array too small for
+    the table to pay, or one too large for 16-bit flash offsets (AVR)."""
+    n = flat.size
+    bits = np.ascontiguousarray(flat, np.float32).view(np.uint32)
+    top = (bits >> 24).astype(np.uint8)
+    table, index = np.unique(top, return_inverse=True)
+    if len(table) > 16 or n < 256 or 3 * n >= 1 << 16:
+        return None
+    low = np.stack([(bits >> s) & 0xFF for s in (0, 8, 16)], axis=1).astype(np.uint8).reshape(-1)
+    index = np.append(index.astype(np.uint8), 0)[:n + n % 2]
+    nibbles = (index[0::2] | (index[1::2] << 4)).astype(np.uint8)
+    return low, nibbles, np.pad(table, (0, 16 - len(table))).astype(np.uint8)
 
 
 def _wrap(body: str, width: int = 96) -> str:
@@ -269,15 +306,18 @@ def check_c_name(name: str) -> str:
     return name
 
 
-def generate_c(model: onnx.ModelProto, name: str = "policy") -> CSource:
-    """C99 source and header computing ``model`` for one observation."""
+def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False) -> CSource:
+    """C99 source and header computing ``model`` for one observation.
+    ``pack``: large weight arrays stored losslessly in 3.5 bytes a float
+    (``_packed``) rather than 4, for a chip short of flash (the Uno); every
+    read then unpacks (a few table lookups), so it is off by default."""
     check_c_name(name)
     in_name, out_name, nobs = _io_sizes(model)
     g = model.graph
     opsets = list(model.opset_import)
     consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     tensors: dict[str, _Tensor] = {in_name: _Tensor((1, nobs), np.float32, _OBS)}
-    em = _Emitter(opsets, rom=f"{name.upper()}_ROM")
+    em = _Emitter(opsets, rom=f"{name.upper()}_ROM", pack=pack)
     steps = []  # the nodes that compute at run time, in order
     for node in _toposort(g, set(consts) | {in_name}):
         if node.domain not in ("", "ai.onnx"):
@@ -691,6 +731,22 @@ def _c_file(name, em: _Emitter, body, ram, out: _Tensor, nobs, size: SizeReport,
     rom = em.rom
     gaps = "".join(f"/* not in avr-libc */\n{_AVR_LIBM_GAPS[f]}\n#define {f} avr_{f}\n"
                    for f in size.libm if f in _AVR_LIBM_GAPS)
+    unpack = "" if not em.packed else f"""
+#include <stdint.h>
+
+/* element i of a packed float array (the generator's _packed): lossless */
+static float {name}_unpack(const unsigned char *low, const unsigned char *top,
+                           const unsigned char *tab, unsigned int i)
+{{
+  const unsigned char t = {rom}_U8(top, i >> 1);
+  const unsigned int at = 3u * i;
+  union {{ uint32_t u; float f; }} v;
+  v.u = (uint32_t){rom}_U8(low, at) | (uint32_t){rom}_U8(low, at + 1u) << 8 |
+        (uint32_t){rom}_U8(low, at + 2u) << 16 | (uint32_t){rom}_U8(tab, i & 1u ? t >> 4 : t & 15u) << 24;
+  return v.f;
+}}
+#define {rom}_PACKED(a, i) {name}_unpack(a##_low, a##_top, a##_tab, (unsigned int)(i))
+"""
     return f"""/* Generated by grpo-ctrl export from a verified ONNX graph; do not edit.
  * {size.summary()}
  */
@@ -704,12 +760,14 @@ def _c_file(name, em: _Emitter, body, ram, out: _Tensor, nobs, size: SizeReport,
 #define {rom} PROGMEM
 #define {rom}_F(a, i) pgm_read_float(&(a)[i])
 #define {rom}_U16(a, i) pgm_read_word(&(a)[i])
+#define {rom}_U8(a, i) pgm_read_byte(&(a)[i])
 {gaps}#else
 #define {rom}
 #define {rom}_F(a, i) ((a)[i])
 #define {rom}_U16(a, i) ((a)[i])
+#define {rom}_U8(a, i) ((a)[i])
 #endif
-
+{unpack}
 {consts}
 
 int {name}_step(const float *obs, float *action) {{

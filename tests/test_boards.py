@@ -58,6 +58,12 @@ def test_largest_mlp_is_the_widest_whose_weights_fit():
     assert boards.largest_mlp(3, weights(65) - 1) == 64
     assert boards.largest_mlp(3, 10) == 0
 
+    def packed(h):  # the H x H layer at 3.5 B a float and its 16-byte table
+        return weights(h) - 4 * h * h + 7 * h * h // 2 + 16
+    assert packed(64) == 15912 == boards.controller_c(UNO, onnx.load(RIG)).size.const_bytes
+    assert boards.largest_mlp(3, packed(64), packed=True) == 64
+    assert boards.largest_mlp(3, packed(64) - 1, packed=True) == 63
+
 
 def test_missing_toolchain_is_named_with_its_apt_packages(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))
@@ -89,7 +95,7 @@ def test_uno_sketch_builds_with_the_arduino_core_and_a_controller_linked_in(tmp_
     need(UNO.missing())
     out = tmp_path / "pendulum_board"
     policy = widened(48, tmp_path / "p48.onnx")
-    weights = generate_c(onnx.load(policy)).size.const_bytes
+    weights = boards.controller_c(UNO, onnx.load(policy)).size.const_bytes
     assert main(["firmware", "--board", "uno", "--out", str(out), "--policy", str(policy)]) == 0
     printed = capsys.readouterr().out
     assert "with the controller linked in" in printed
@@ -107,14 +113,35 @@ def test_uno_sketch_builds_with_the_arduino_core_and_a_controller_linked_in(tmp_
     assert size.ram + 512 + UNO.stack_reserve <= UNO.ram
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 11 asks for it; the firmware core's protocol v2 (transmit ring, 96-byte INFO, "
-    "on-device hook with sinf/cosf) grew the Uno sketch from 12650 to 16092 B, and with the "
-    "policy linked in it takes 35248 of 32256 B (3-58-58-1 is the widest that fits)"))
 def test_the_default_3_64_64_1_policy_fits_the_uno():
+    """Issue 11: with its weights in flash (the 64 x 64 layer packed
+    losslessly, 3.5 B a float) the default rig policy links into the Uno
+    sketch within its 32256 B, static RAM and the policy's scratch within
+    2 KB (check_fit), and the packed weights are what the policy uses (the
+    simavr test below matches onnxruntime with them)."""
     need(UNO.missing())
-    fit = boards.measure(UNO, generate_c(onnx.load(RIG)))
+    src = boards.controller_c(UNO, onnx.load(RIG))
+    assert "POLICY_ROM_PACKED" in src.c and src.size.const_bytes < 17944
+    fit = boards.measure(UNO, src)
     assert fit.total.flash <= UNO.flash, (fit.firmware.flash, fit.total.flash)
+    boards.check_fit(UNO, fit, 3)
+
+
+def test_packed_weights_are_the_same_floats():
+    """c_codegen._packed against numpy: every float32 (normal, subnormal,
+    signed zero, the extremes of a trained layer) comes back bit for bit."""
+    from grpo_ctrl.export.c_codegen import _packed
+
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal(4097) * 0.1).astype(np.float32)
+    w[:4] = [0.0, -0.0, 1e-40, -0.499]
+    low, top, table = _packed(w)
+    assert low.size == 3 * w.size and top.size == (w.size + 1) // 2 and table.size == 16
+    index = (top[np.arange(w.size) >> 1] >> (4 * (np.arange(w.size) & 1))) & 15
+    bits = (low[0::3].astype(np.uint32) | low[1::3].astype(np.uint32) << 8 |
+            low[2::3].astype(np.uint32) << 16 | table[index].astype(np.uint32) << 24)
+    assert np.array_equal(bits, w.view(np.uint32))
+    assert _packed(np.float32([2.0 ** e for e in range(-40, 40, 2)] * 8)) is None  # > 16 top bytes
 
 
 def test_a_controller_too_big_for_the_uno_is_refused_with_the_largest_that_fits(tmp_path, capsys):
@@ -128,9 +155,10 @@ def test_a_controller_too_big_for_the_uno_is_refused_with_the_largest_that_fits(
     h = int(re.search(r"H = (\d+)", msg).group(1))
     assert 40 <= h < 80 and not out.exists()
     # the network it names does fit (a real build says so), one wider does not
-    fits = boards.measure(UNO, generate_c(onnx.load(widened(h, tmp_path / "h.onnx"))))
+    fits = boards.measure(UNO, boards.controller_c(UNO, onnx.load(widened(h, tmp_path / "h.onnx"))))
     boards.check_fit(UNO, fits, 3)
-    wider = boards.measure(UNO, generate_c(onnx.load(widened(h + 2, tmp_path / "h2.onnx"))))
+    wider = boards.measure(UNO, boards.controller_c(UNO, onnx.load(widened(h + 2,
+                                                                         tmp_path / "h2.onnx"))))
     with pytest.raises(UserError):
         boards.check_fit(UNO, wider, 3)
 
@@ -148,14 +176,14 @@ def test_mps2_project_builds_with_its_makefile(tmp_path, capsys):
 @pytest.mark.parametrize("board", [UNO, MPS2], ids=lambda b: b.name)
 def test_default_policy_on_the_emulated_mcu_matches_onnxruntime(board):
     """The generated C of the rig policy, built for the chip (weights in
-    flash on AVR, 16-bit int, avr-libc's float maths) and run on simavr /
-    QEMU, against onnxruntime on the host."""
+    flash on AVR, the large layer packed, 16-bit int, avr-libc's float
+    maths) and run on simavr / QEMU, against onnxruntime on the host."""
     need(boards.emulator_missing(board))
     model = onnx.load(RIG)
     obs = operating_observations("pendulum", "rig", 48, seed=3)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     want = session.run(None, {session.get_inputs()[0].name: obs})[0].reshape(-1)
-    r = boards.target_check(board, generate_c(model), obs)
+    r = boards.target_check(board, boards.controller_c(board, model), obs)
     assert r["out"].shape == want.shape
     assert np.max(np.abs(r["out"] - want)) <= 1e-5
     assert np.ptp(want) > 0.1  # the observations exercise the network, not one saturated value

@@ -118,16 +118,16 @@ void fw_transmit(fw_device *d)
   }
 }
 
-/* Number a frame and queue it; never blocks. Room is made by dropping the
- * oldest queued STATE not yet begun; what still does not fit is dropped and
- * counted (its sequence number is used, so the host counts it lost). */
+/* where a reply or STATE is packed: in the wire buffer, framed around it */
+#define TX_PAYLOAD(d) ((d)->tx_wire + PROTO_WIRE_PAYLOAD)
+
+/* Number the frame packed at TX_PAYLOAD and queue it; never blocks. Room is
+ * made by dropping the oldest queued STATE not yet begun; what still does not
+ * fit is dropped and counted (its sequence number is used, so the host counts
+ * it lost). */
 static void send(fw_device *d, uint8_t type, uint8_t len)
 {
-  proto_frame *f = &d->tx_frame;
-  f->type = type;
-  f->seq = d->tx_seq++;
-  f->len = len;
-  const uint8_t n = (uint8_t)proto_encode(f, d->tx_wire);
+  const uint8_t n = (uint8_t)proto_encode_in_place(d->tx_wire, type, d->tx_seq++, len);
   const uint8_t is_state = type == MSG_STATE;
   FW_COUNTER(d, COUNTER_TX_FRAMES)++;
   while (d->tx_bytes + n > FW_TX_BUF || d->tx_frames_queued == FW_TX_FRAMES) {
@@ -156,7 +156,7 @@ static void send(fw_device *d, uint8_t type, uint8_t len)
 static void send_ack(fw_device *d, const proto_frame *req, uint8_t result)
 {
   const proto_ack a = {req->type, req->seq, result, d->mode};
-  send(d, MSG_ACK, proto_pack_ack(&a, d->tx_frame.payload));
+  send(d, MSG_ACK, proto_pack_ack(&a, TX_PAYLOAD(d)));
 }
 
 static void send_status(fw_device *d, uint8_t type)
@@ -172,7 +172,7 @@ static void send_status(fw_device *d, uint8_t type)
   s.counter[COUNTER_RX_BAD_FRAMES] = d->rx.bad_frames;
   s.counter[COUNTER_RX_OVERFLOWS] = d->rx.overflows;
   /* COUNTER_TX_FRAMES = this frame's seq: the frames numbered before it */
-  send(d, type, proto_pack_status(&s, d->tx_frame.payload));
+  send(d, type, proto_pack_status(&s, TX_PAYLOAD(d)));
 }
 
 static void send_info(fw_device *d)
@@ -196,7 +196,7 @@ static void send_info(fw_device *d)
   i.vel_cutoff_hz = d->cfg.vel_cutoff_hz;
   memcpy(i.pos_limit, d->cfg.pos_limit, sizeof i.pos_limit);
   memcpy(i.vel_limit, d->cfg.vel_limit, sizeof i.vel_limit);
-  send(d, MSG_INFO, proto_pack_info(&i, d->tx_frame.payload));
+  send(d, MSG_INFO, proto_pack_info(&i, TX_PAYLOAD(d)));
 }
 
 /* ---------------------------------------------------------------- modes */
@@ -231,8 +231,12 @@ static uint8_t limit_fault(const fw_device *d)
 
 static float clamp_u(const fw_device *d, float u, uint8_t *clamped)
 {
-  *clamped = u > d->u_limit || u < -d->u_limit;
-  return u > d->u_limit ? d->u_limit : (u < -d->u_limit ? -d->u_limit : u);
+  const float limit = d->u_limit;
+  *clamped = 1;
+  if (u > limit) return limit;
+  if (u < -limit) return -limit;
+  *clamped = 0;
+  return u;
 }
 
 /* ---------------------------------------------------------------- parameters */
@@ -371,7 +375,7 @@ static void on_frame(fw_device *d, const proto_frame *f)
       q.result = known;
       q.value = 0.0f;
     }
-    send(d, MSG_PARAM, proto_pack_param(&q, d->tx_frame.payload));
+    send(d, MSG_PARAM, proto_pack_param(&q, TX_PAYLOAD(d)));
     break;
   }
   default: break;  /* the decoder passes host-to-device types only */
@@ -380,9 +384,8 @@ static void on_frame(fw_device *d, const proto_frame *f)
 
 void fw_receive(fw_device *d, const uint8_t *bytes, size_t n)
 {
-  proto_frame f;
   for (size_t i = 0; i < n; ++i)
-    if (proto_decoder_push(&d->rx, bytes[i], &f)) on_frame(d, &f);
+    if (proto_decoder_push(&d->rx, bytes[i], &d->rx_frame)) on_frame(d, &d->rx_frame);
 }
 
 /* ---------------------------------------------------------------- sensing */
@@ -513,7 +516,7 @@ void fw_tick(fw_device *d)
     s.vel[c] = v >= 2147483520.0f ? INT32_MAX : v <= -2147483520.0f ? INT32_MIN : (int32_t)lroundf(v);
   }
   const uint32_t seq = d->tx_seq;
-  send(d, MSG_STATE, proto_pack_state(&s, d->tx_frame.payload));
+  send(d, MSG_STATE, proto_pack_state(&s, TX_PAYLOAD(d)));
   d->last_state_seq = seq;
   d->have_state = 1;
 }

@@ -59,6 +59,7 @@ typedef struct {
   fw_config cfg;
   fw_hw hw;
   proto_decoder rx;
+  proto_frame rx_frame;          /* the frame being handled (here, not on the stack) */
   uint8_t mode, fault, control_source;
   float u_limit;                 /* command clamp, <= cfg.u_max */
   /* the command received and not yet applied (raw, clamped when applied),
@@ -86,8 +87,8 @@ typedef struct {
   uint32_t tx_seq;
   uint8_t have_state;
   uint32_t last_state_seq;
-  proto_frame tx_frame;          /* the frame being queued: its payload packed in place */
-  uint8_t tx_wire[PROTO_MAX_WIRE];  /* and encoded (here, not on a 2 KB chip's stack) */
+  uint8_t tx_wire[PROTO_MAX_WIRE];  /* the frame being queued: its payload packed in
+                                       place and encoded (here, not on the stack) */
   uint8_t tx_buf[FW_TX_BUF];     /* ring of queued wire bytes */
   uint16_t tx_head, tx_bytes;    /* first queued byte, bytes queued */
   uint8_t tx_len[FW_TX_FRAMES];  /* queued frames, oldest first */

@@ -123,16 +123,22 @@ static float get_f32(const uint8_t *p)
 /* ---------------------------------------------------------------- frames */
 size_t proto_encode(const proto_frame *f, uint8_t *out)
 {
+  if (f->len > PROTO_MAX_PAYLOAD) return 0;
+  memcpy(out + PROTO_WIRE_PAYLOAD, f->payload, f->len);
+  return proto_encode_in_place(out, f->type, f->seq, f->len);
+}
+
+size_t proto_encode_in_place(uint8_t *out, uint8_t type, uint32_t seq, uint8_t len)
+{
   /* the raw frame is assembled at out + 1 and COBS-encoded in place: below
    * 254 bytes each input byte becomes one output byte one place back, read
    * before it is overwritten (no second buffer on a 2 KB chip's stack) */
   uint8_t *raw = out + 1;
-  if (f->len > PROTO_MAX_PAYLOAD) return 0;
+  if (len > PROTO_MAX_PAYLOAD) return 0;
   raw[0] = PROTO_VERSION;
-  raw[1] = f->type;
-  put_u32(raw + 2, f->seq);
-  memcpy(raw + PROTO_HEADER_LEN, f->payload, f->len);
-  const size_t n = (size_t)PROTO_HEADER_LEN + f->len;
+  raw[1] = type;
+  put_u32(raw + 2, seq);
+  const size_t n = (size_t)PROTO_HEADER_LEN + len;
   put_u32(raw + n, proto_crc32(raw, n));
   const size_t w = proto_cobs_encode(raw, n + PROTO_CRC_LEN, out);
   out[w] = 0;

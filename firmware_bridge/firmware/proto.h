@@ -164,6 +164,10 @@ int proto_cobs_decode(const uint8_t *in, size_t n, uint8_t *out, size_t cap);
 /* Whole frame to wire bytes (COBS + 0x00); out needs PROTO_MAX_WIRE bytes.
  * Returns the byte count, 0 if the payload is too long. */
 size_t proto_encode(const proto_frame *f, uint8_t *out);
+/* The same for a payload of len bytes already at out + PROTO_WIRE_PAYLOAD
+ * (where a device packs it: no frame to copy it from). */
+#define PROTO_WIRE_PAYLOAD (1 + PROTO_HEADER_LEN)
+size_t proto_encode_in_place(uint8_t *out, uint8_t type, uint32_t seq, uint8_t len);
 /* The payload length a message of this type must have (STATE: given its n
  * byte), or -1 for an unknown type or bad n. */
 int proto_expected_len(uint8_t type, const uint8_t *payload, uint8_t len);
