@@ -732,17 +732,21 @@ def _c_file(name, em: _Emitter, body, ram, out: _Tensor, nobs, size: SizeReport,
     gaps = "".join(f"/* not in avr-libc */\n{_AVR_LIBM_GAPS[f]}\n#define {f} avr_{f}\n"
                    for f in size.libm if f in _AVR_LIBM_GAPS)
     unpack = "" if not em.packed else f"""
-#include <stdint.h>
-
-/* element i of a packed float array (the generator's _packed): lossless */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "packed weights (grpo-ctrl firmware's pack) assume a little-endian target"
+#endif
+/* element i of a packed float array (the generator's _packed): lossless;
+ * the bytes put together in memory order (8-bit AVR: no 32-bit shifts) */
 static float {name}_unpack(const unsigned char *low, const unsigned char *top,
                            const unsigned char *tab, unsigned int i)
 {{
   const unsigned char t = {rom}_U8(top, i >> 1);
-  const unsigned int at = 3u * i;
-  union {{ uint32_t u; float f; }} v;
-  v.u = (uint32_t){rom}_U8(low, at) | (uint32_t){rom}_U8(low, at + 1u) << 8 |
-        (uint32_t){rom}_U8(low, at + 2u) << 16 | (uint32_t){rom}_U8(tab, i & 1u ? t >> 4 : t & 15u) << 24;
+  const unsigned char *p = low + 3u * i;
+  union {{ unsigned char b[4]; float f; }} v;
+  v.b[0] = {rom}_U8(p, 0);
+  v.b[1] = {rom}_U8(p, 1);
+  v.b[2] = {rom}_U8(p, 2);
+  v.b[3] = {rom}_U8(tab, i & 1u ? t >> 4 : t & 15u);
   return v.f;
 }}
 #define {rom}_PACKED(a, i) {name}_unpack(a##_low, a##_top, a##_tab, (unsigned int)(i))

@@ -264,12 +264,17 @@ def test_pil_grpo_ctrl_run_on_device_at_1_khz_balances_the_rig_for_10_s(tmp_path
     with pil(tmp_path, "-DPIL_RATE_HZ=1000", policy=True) as port:
         s = run_loop(port, None, 10.0, log, plot=False, print_fn=lambda *_: None,
                      on_device=True)
-    assert_balanced_at(s, 1000)
+    assert s["ended"] == "completed" and s["disarm_acknowledged"], s
+    assert s["max_abs_angle"] < 0.2, s
     # about 20 keep-alives a second, well within the watchdog
     assert 150 <= s["commands_sent"] + s["keepalive_commands"] <= 260, s
     rows = [r for r in read_telemetry(log) if r["kind"] == "state"]
     armed = np.array([int(r["mode"]) for r in rows]) == 1
     flags = np.array([int(r["flags"]) for r in rows])
-    # the device ticks at 1 kHz; the stream through QEMU's UART may drop some
-    # STATEs (the core drops the oldest when the line is full)
-    assert armed.sum() > 5000 and np.all(flags[armed] & FLAG_ON_DEVICE)
+    t_us = np.array([int(r["dev_t_us"]) for r in rows])[armed]
+    # the device ticks at 1 kHz (on a loaded host QEMU now and then skips
+    # ticks it was descheduled for, so the spacing, not the count); the
+    # stream through QEMU's UART may drop STATEs (the core drops the oldest)
+    assert np.median(np.diff(t_us)) == pytest.approx(1000, abs=50)
+    assert (t_us[-1] - t_us[0]) > 9.5e6 and armed.sum() > 5000
+    assert np.all(flags[armed] & FLAG_ON_DEVICE)
