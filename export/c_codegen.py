@@ -177,6 +177,7 @@ class _Emitter:
     const_names: dict = field(default_factory=dict)
     rom: str = "ROM"  # prefix of the flash qualifier and read macros (<NAME>_ROM, _ROM_F, _ROM_U16)
     pack: bool = False  # store large constant arrays packed (_packed): 3.5 B a float
+    block: int = 1  # outputs of a matrix product computed per pass over its input
     packed: set = field(default_factory=set)  # C names of the arrays stored packed
 
     def const_at(self, name: str, arr: np.ndarray, idx: str) -> str:
@@ -306,18 +307,23 @@ def check_c_name(name: str) -> str:
     return name
 
 
-def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False) -> CSource:
+def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
+               block: int = 1) -> CSource:
     """C99 source and header computing ``model`` for one observation.
     ``pack``: large weight arrays stored losslessly in 3.5 bytes a float
     (``_packed``) rather than 4, for a chip short of flash (the Uno); every
-    read then unpacks (a few table lookups), so it is off by default."""
+    read then unpacks (a few table lookups), so it is off by default.
+    ``block``: a matrix product with a constant B computes this many outputs
+    per pass over its input, each in its own accumulator (the same sums in
+    the same order): fewer loads where registers are plenty (Cortex-M4F:
+    8), more spills where every float operation is a call (AVR: 1)."""
     check_c_name(name)
     in_name, out_name, nobs = _io_sizes(model)
     g = model.graph
     opsets = list(model.opset_import)
     consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     tensors: dict[str, _Tensor] = {in_name: _Tensor((1, nobs), np.float32, _OBS)}
-    em = _Emitter(opsets, rom=f"{name.upper()}_ROM", pack=pack)
+    em = _Emitter(opsets, rom=f"{name.upper()}_ROM", pack=pack, block=block)
     steps = []  # the nodes that compute at run time, in order
     for node in _toposort(g, set(consts) | {in_name}):
         if node.domain not in ("", "ai.onnx"):
@@ -571,10 +577,17 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
         return _at(tensors[name], index)
 
     a = elem(a_name, shapes[0], m, "k", ta)
+    # outputs per pass: B accumulators share each load of A (em.block)
+    blk = em.block if b_name in consts and em.block > 1 and N % em.block == 0 and N > 1 else 1
     if b_name in consts:
         b_nk = np.asarray(consts[b_name], np.float32)
         b_nk = b_nk if tb else b_nk.T
-        b = em.const_at(b_name + ' (N x K)', b_nk, 'k' if N == 1 else f'j * {K} + k')
+        if blk > 1:  # stored (N / B, K, B): the B weights of one k side by side
+            b_blk = b_nk.reshape(N // blk, blk, K).transpose(0, 2, 1)
+            b = [em.const_at(b_name + f' (N/{blk} x K x {blk})', b_blk, f'j * {K} + k * {blk} + {r}')
+                 for r in range(blk)]
+        else:
+            b = em.const_at(b_name + ' (N x K)', b_nk, 'k' if N == 1 else f'j * {K} + k')
     else:
         b = elem(b_name, shapes[1], "k", j, tb)
     row = f"m * {N} + " if M > 1 else ""
@@ -601,13 +614,25 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
             c = (em.const_at(c_name, consts[c_name], c_idx) if c_name in consts
                  else _at(tensors[c_name], c_idx))
         value += f" + {c}" if beta == 1.0 else f" + {_float_literal(beta)} * {c}"
-    lines = ["float acc = 0.0f;",
-             f"for (int k = 0; k < {K}; ++k) acc += {a} * {b};",
-             f"{dst} = {value};"]
-    if N > 1:
-        lines = [f"for (int j = 0; j < {N}; ++j) {{"] + ["  " + x for x in lines] + ["}"]
+    if blk > 1:
+        def at_j(text, r):  # output j + r
+            return re.sub(r"\bj\b", f"(j + {r})", text) if r else text
+        accs = [f"acc{r}" for r in range(blk)]
+        lines = [f"float {' = 0.0f, '.join(accs)} = 0.0f;",
+                 f"for (int k = 0; k < {K}; ++k) {{",
+                 f"  const float a = {a};"] + \
+                [f"  {acc} += a * {w};" for acc, w in zip(accs, b)] + ["}"] + \
+                [f"{at_j(dst, r)} = {at_j(value, r).replace('acc', acc, 1)};"
+                 for r, acc in enumerate(accs)]
+        lines = [f"for (int j = 0; j < {N}; j += {blk}) {{"] + ["  " + x for x in lines] + ["}"]
     else:
-        lines = ["{"] + ["  " + x for x in lines] + ["}"]
+        lines = ["float acc = 0.0f;",
+                 f"for (int k = 0; k < {K}; ++k) acc += {a} * {b};",
+                 f"{dst} = {value};"]
+        if N > 1:
+            lines = [f"for (int j = 0; j < {N}; ++j) {{"] + ["  " + x for x in lines] + ["}"]
+        else:
+            lines = ["{"] + ["  " + x for x in lines] + ["}"]
     if M > 1:
         lines = [f"for (int m = 0; m < {M}; ++m) {{"] + ["  " + x for x in lines] + ["}"]
     em.lines.extend("  " + x for x in lines)

@@ -55,6 +55,7 @@ class Board:
     target_flags: tuple     # machine flags, for every file
     stack_reserve: int      # RAM left free for the stack besides a policy's scratch
     pack_weights: bool = False  # large weight arrays packed losslessly (c_codegen._packed)
+    block: int = 1          # outputs per pass of the controller's matrix products (c_codegen)
 
     def missing(self) -> str | None:
         """None when the toolchain is installed, else a message naming the packages."""
@@ -83,7 +84,7 @@ BOARDS = {
         "arm-none-eabi-gcc", "arm-none-eabi-size", "gcc-arm-none-eabi libnewlib-arm-none-eabi",
         flash=4 << 20, ram=4 << 20, clock_hz=25_000_000,
         target_flags=("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"),
-        stack_reserve=4096),
+        stack_reserve=4096, block=8),
 }
 # optimisation as each platform's tools set it (the Arduino AVR platform links with LTO)
 _OPT = {"uno": ("-Os", "-ffunction-sections", "-fdata-sections", "-flto", "-fno-fat-lto-objects"),
@@ -252,10 +253,11 @@ def build_image(b: Board, project: Path, build: Path, defines=(), name: str = "f
 # ---------------------------------------------------------------- fitting
 def controller_c(b: Board, model):
     """The generated C of ``model`` (ONNX) as board ``b`` links it: on the
-    Uno the hidden-to-hidden weights packed (3.5 B a float, lossless)."""
+    Uno the hidden-to-hidden weights packed (3.5 B a float, lossless); on the
+    Cortex-M4F eight outputs per pass (its 32 FPU registers hold them)."""
     from grpo_ctrl.export.c_codegen import generate_c
 
-    return generate_c(model, "policy", pack=b.pack_weights)
+    return generate_c(model, "policy", pack=b.pack_weights, block=b.block)
 
 
 def largest_mlp(nobs: int, weight_bytes: int, packed: bool = False) -> int:

@@ -65,6 +65,29 @@ def test_largest_mlp_is_the_widest_whose_weights_fit():
     assert boards.largest_mlp(3, packed(64) - 1, packed=True) == 63
 
 
+def test_board_variants_of_the_generated_c_compute_the_same_floats(tmp_path):
+    """What boards.controller_c asks of the generator (packed weights for
+    the Uno, eight outputs per pass for the Cortex-M4F) changes how the C
+    reads its weights, not one bit of the result: built with the host
+    compiler, all three give the plain C's output bit for bit."""
+    from grpo_ctrl.export.c_build import CPolicy, compile_shared, host_cc
+
+    if host_cc() is None:
+        pytest.skip("no host C compiler (apt-get install gcc)")
+    model = onnx.load(RIG)
+    obs = operating_observations("pendulum", "rig", 256, seed=4)
+    outs = []
+    for tag, src in [("plain", generate_c(model)), ("uno", boards.controller_c(UNO, model)),
+                     ("mps2", boards.controller_c(MPS2, model))]:
+        (tmp_path / tag).mkdir()
+        (tmp_path / tag / "policy.h").write_text(src.h)
+        (tmp_path / tag / "policy.c").write_text(src.c)
+        lib = compile_shared(tmp_path / tag / "policy.c", tmp_path / tag / "libpolicy.so")
+        outs.append(CPolicy(lib, 3).batch(obs))
+    assert np.ptp(outs[0]) > 0.1
+    assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
+
+
 def test_missing_toolchain_is_named_with_its_apt_packages(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert "apt-get install gcc-avr avr-libc arduino-core-avr" in UNO.missing()
