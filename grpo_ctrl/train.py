@@ -249,6 +249,10 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
     the schedule and the stop, and rank 0 alone evaluates and writes ``out``.
     ``randomize``: the plant's ranges (default: ``default_randomization``)."""
     from tqdm import tqdm
+    # no tqdm monitor thread: it outlives the bar and wakes every 10 s to take the GIL at
+    # ordinary priority, so a busy machine that preempts it there holds up a real-time
+    # control loop that runs later in the same process (`grpo-ctrl demo`)
+    tqdm.monitor_interval = 0
     ranks = ranks or Ranks.current()
     if randomize is None:
         randomize = default_randomization(system, preset)
