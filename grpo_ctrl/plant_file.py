@@ -108,16 +108,17 @@ def read_plant_file(path, spec: PlantSpec) -> PlantValues:
     return values
 
 
-def parse_param(text: str) -> tuple[str, float]:
-    """One ``--param NAME=VALUE``."""
+def parse_param(text: str, option: str = "--param") -> tuple[str, float]:
+    """One ``--param NAME=VALUE`` (or another option's)."""
     name, sep, value = text.partition("=")
     try:
         number = float(value)
     except ValueError:
         number = None
     if not sep or not name.strip() or number is None:
-        raise UserError(f"--param wants NAME=VALUE (e.g. m=0.18, delay=1, offset=0.02), "
-                        f"got {text!r}")
+        raise UserError(f"{option} wants NAME=VALUE (e.g. m=0.18" +
+                        (", delay=1, offset=0.02" if option == "--param" else "") +
+                        f"), got {text!r}")
     return name.strip(), number
 
 
