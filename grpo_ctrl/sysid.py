@@ -493,9 +493,10 @@ class SimScorer:
                                      v_max=0.0, max_steps=0, term_limit=[0.0] * spec.nx)
         return self._sims[B]
 
-    def simulate(self, phys: np.ndarray, delays: np.ndarray) -> np.ndarray:
+    def simulate(self, phys: np.ndarray, delays: np.ndarray, dx0=None) -> np.ndarray:
         """Simulated readings ``(K, C, W, channels)`` of C candidates
-        ``phys (C, len(model.names))`` with integer ``delays (C,)``."""
+        ``phys (C, len(model.names))`` with integer ``delays (C,)``, each
+        window starting from its filtered state plus ``dx0 (C, W, nx)``."""
         C, W, K = len(phys), self.W, self.K
         sim = self._sim(C * W)
         rep = lambda a: np.repeat(a, W, axis=0)  # noqa: E731  (candidate-major)
@@ -503,6 +504,8 @@ class SimScorer:
         sim.set_plant(self.model.plant(P, D))
         sim.reset()
         x0 = self.model.state(np.tile(self.y0, (C, 1)), np.tile(self.yd0, (C, 1)), P)
+        if dx0 is not None:
+            x0 = x0 + dx0.reshape(C * W, -1)
         act = np.zeros((C * W, MAX_DELAY), np.float32)
         ub = np.tile(self.u_before, (C, 1))
         for b in range(C * W):  # the commands still in the delay line at the window start
@@ -512,54 +515,77 @@ class SimScorer:
         obs, *_ = sim.rollout(np.tile(self.u, (1, C)).astype(np.float32))
         return positions(obs, self.spec).reshape(K, C, W, -1)
 
-    def residuals(self, phys: np.ndarray, delays: np.ndarray) -> np.ndarray:
-        """Reading errors (wrapped) of each candidate, ``(C, K * W * channels)``."""
-        e = self.simulate(phys, delays) - self.y[:, None]
-        return np.arctan2(np.sin(e), np.cos(e)).transpose(1, 0, 2, 3).reshape(len(phys), -1)
+    def residuals(self, phys: np.ndarray, delays: np.ndarray, dx0=None) -> np.ndarray:
+        """Reading errors (wrapped) of each candidate, ``(C, W, K * channels)``."""
+        e = self.simulate(phys, delays, dx0) - self.y[:, None]
+        e = np.arctan2(np.sin(e), np.cos(e)).transpose(1, 2, 0, 3)
+        return e.reshape(len(phys), self.W, -1)
 
     def score(self, phys: np.ndarray, delays: np.ndarray) -> np.ndarray:
         """Rms reading error (rad) of each candidate over every window."""
-        return np.sqrt(np.mean(self.residuals(phys, delays) ** 2, axis=1))
+        return np.sqrt(np.mean(self.residuals(phys, delays) ** 2, axis=(1, 2)))
 
 
 def refine(scorer: SimScorer, phys0: np.ndarray, delay0: int, iterations: int = 10):
-    """Levenberg-Marquardt on the simulation error over the model's vector,
-    from the least-squares answer, for the delays next to its delay; each
-    iteration scores every delay's Jacobian candidates in one simulator call
-    and every delay's trial steps in another. Returns the best candidate,
-    its delay and score (the start is one, so the result is never worse)."""
-    model = scorer.model
+    """Levenberg-Marquardt on the simulation error over the model's vector
+    and every window's start state (the filtered state is off by the
+    encoder's resolution, which would otherwise bend the parameters), from
+    the least-squares answer, for the delays next to its delay. A window's
+    start moves only its own window, so one candidate perturbs a state
+    component of every window at once: each iteration scores every delay's
+    Jacobian candidates in one simulator call and every delay's trial steps
+    in another. Returns the best candidate, its delay and score (the start
+    is one, so the result is never worse)."""
+    model, W = scorer.model, scorer.W
+    nx = scorer.spec.nx
     delays = np.arange(max(0, delay0 - 1), min(MAX_DELAY, delay0 + 1) + 1)
     nd, n = len(delays), len(phys0)
+    m = n + nx                                     # candidates per delay beyond the base
     p = np.tile(np.maximum(phys0, model.lows), (nd, 1))
+    dx = np.zeros((nd, W, nx))
+    lows = np.concatenate([model.lows, np.full(W * nx, -np.inf)])
+    state_h = np.where(np.array(scorer.spec.angular_velocities) |
+                       ~np.array(scorer.spec.angles), 1e-3, 1e-4)
     lam = np.full(nd, 1e-2)
     steps = np.array([1.0, 0.5, 0.2])
-    cost = (scorer.residuals(p, delays) ** 2).sum(axis=1)
+    cost = (scorer.residuals(p, delays, dx) ** 2).sum(axis=(1, 2))
     for _ in range(iterations):
         h = model.fd_step * np.maximum(np.abs(p), model.floors)
-        cand = np.repeat(p, n + 1, axis=0)
+        cand = np.repeat(p, m + 1, axis=0)
+        cdx = np.repeat(dx, m + 1, axis=0)
         for j in range(nd):
-            cand[j * (n + 1) + 1:(j + 1) * (n + 1)] += np.diag(h[j])
-        r = scorer.residuals(cand, np.repeat(delays, n + 1)).reshape(nd, n + 1, -1)
-        trials = []
+            cand[j * (m + 1) + 1:j * (m + 1) + 1 + n] += np.diag(h[j])
+            for i in range(nx):
+                cdx[j * (m + 1) + 1 + n + i, :, i] += state_h[i]
+        r = scorer.residuals(cand, np.repeat(delays, m + 1), cdx).reshape(nd, m + 1, W, -1)
+        trials, trial_dx = [], []
         for j in range(nd):
-            J = (r[j, 1:] - r[j, 0]).T / h[j]              # (residuals, n)
-            A, grad = J.T @ J, J.T @ r[j, 0]
+            r0 = r[j, 0].reshape(-1)
+            Jp = (r[j, 1:n + 1].reshape(n, -1) - r0).T / h[j]          # (residuals, n)
+            Js = np.zeros((W, r.shape[-1], W, nx))                     # block diagonal
+            for i in range(nx):
+                Js[np.arange(W), :, np.arange(W), i] = (r[j, 1 + n + i] - r[j, 0]) / state_h[i]
+            J = np.hstack([Jp, Js.reshape(-1, W * nx)])
+            A, grad = J.T @ J, J.T @ r0
             delta = -np.linalg.lstsq(A + lam[j] * np.diag(np.diag(A) + 1e-12), grad,
                                      rcond=None)[0]
-            trials += [np.maximum(p[j] + a * delta, model.lows) for a in steps]
-        trials = np.array(trials)
-        c = (scorer.residuals(trials, np.repeat(delays, len(steps))) ** 2).sum(axis=1)
+            z = np.concatenate([p[j], dx[j].reshape(-1)])
+            for a in steps:
+                t = np.maximum(z + a * delta, lows)
+                trials.append(t[:n])
+                trial_dx.append(t[n:].reshape(W, nx))
+        trials, trial_dx = np.array(trials), np.array(trial_dx)
+        c = (scorer.residuals(trials, np.repeat(delays, len(steps)), trial_dx) ** 2).sum(axis=(1, 2))
         c = c.reshape(nd, len(steps))
         for j in range(nd):
             k = int(np.argmin(c[j]))
             if c[j, k] < cost[j]:
-                p[j], cost[j] = trials[j * len(steps) + k], c[j, k]
+                p[j], dx[j], cost[j] = trials[j * len(steps) + k], trial_dx[j * len(steps) + k], c[j, k]
                 lam[j] = max(lam[j] / 3, 1e-6)
             else:
                 lam[j] *= 10
     j = int(np.argmin(cost))
-    return p[j], int(delays[j]), float(np.sqrt(cost[j] / r.shape[-1]))
+    return p[j], int(delays[j]), float(np.sqrt(cost[j] / (W * r.shape[-1])))
 
 
 # ---------------------------------------------------------------------- the whole fit
