@@ -64,6 +64,8 @@ def run(args) -> int:
     print(f"{'delay':>10} {0:>10} {'':>10} {fit.delay:>10} steps  (least-squares residual by "
           f"delay: {', '.join(f'{r:.3g}' for r in fit.ls_residuals_by_delay)} rad/s^2)")
     print(f"{'offset':>10} {0:>10} {'':>10} {fit.offset:>10.4g} {fit.std['offset']:>9.2g} rad")
+    print(f"{'motor_k':>10} {1:>10} {'':>10} {fit.motor_k:>10.4g} {'':>9}  (response per step, "
+          "1: instant)")
     print(f"held-out rms angle error: {fit.sim_error:.3g} rad fitted, {fit.sim_error_ls:.3g} rad "
           f"least squares; regressor condition number {fit.condition:.3g}")
     for w in fit.warnings:

@@ -64,6 +64,7 @@ GAP_KINDS = ("lost", "seq_jump", "malformed", "failed")  # rows that mean a miss
 WINDOW_S = 1.0           # simulation-error windows
 CORRELATION_WARN = 0.95  # |correlation| of two estimates above which they are not separable
 CONDITION_WARN = 1e3     # condition number of the (column-scaled) regressor
+MOTOR_K_LOW = 0.05       # the slowest motor response per step the refinement tries
 
 
 @dataclass
@@ -108,11 +109,14 @@ class Fit:
     condition: float
     warnings: list = field(default_factory=list)
     fitted: tuple = ()      # the parameters the data determined (the rest: known or preset)
+    motor_k: float = 1.0    # the motor's response per control step (simulation-error fit)
 
     def table(self) -> dict:
-        """The TOML of ``--out``: the parameters, delay and offset at the top
-        (``--reveal``'s format), standard errors and fit quality below."""
-        table = PlantValues(self.params, self.delay, self.offset, self.std).table()
+        """The TOML of ``--out``: the parameters, delay, offset and motor
+        response at the top (``--reveal``'s format), standard errors and fit
+        quality below."""
+        table = PlantValues(self.params, self.delay, self.offset, self.std,
+                            motor_k=self.motor_k).table()
         table["fit"] = {"system": self.system, "preset": self.preset,
                         "fitted": list(self.fitted),
                         "ls_residual": float(self.ls_residual),
@@ -339,9 +343,10 @@ class PendulumModel:
         return {"delay": d, "rms": rms, "rms_by_delay": [x[0] for x in results], **out}
 
     def plant(self, P: np.ndarray, D: np.ndarray) -> dict:
-        """``BatchSim.set_plant`` values of candidates ``P (C, 5)``, delays ``D``."""
+        """``BatchSim.set_plant`` values of candidates ``P (C, 6)`` (the
+        names and motor_k), delays ``D``."""
         return {"g": self.g, "m": P[:, 0], "l": P[:, 1], "b": P[:, 2], "fc": P[:, 3],
-                "delay": D, "offset_theta": P[:, 4]}
+                "delay": D, "offset_theta": P[:, 4], "motor_k": P[:, 5]}
 
     def state(self, y: np.ndarray, yd: np.ndarray, P: np.ndarray) -> np.ndarray:
         """Simulator states ``(C, nx)`` of readings ``y, yd (C, channels)``."""
@@ -350,8 +355,8 @@ class PendulumModel:
     def params(self, p: np.ndarray) -> dict:
         return {**self.base, "m": p[0], "l": p[1], "b": p[2], "fc": p[3]}
 
-    def vector(self, params: dict, offset: float) -> np.ndarray:
-        return np.array([params["m"], params["l"], params["b"], params["fc"], offset])
+    def vector(self, params: dict, offset: float, motor_k: float) -> np.ndarray:
+        return np.array([params["m"], params["l"], params["b"], params["fc"], offset, motor_k])
 
 
 class FurutaModel:
@@ -437,16 +442,16 @@ class FurutaModel:
     def plant(self, P: np.ndarray, D: np.ndarray) -> dict:
         out = {k: self.base[k] for k in ("g", "rm", "mr", "mp")}
         out.update({name: P[:, i] for i, name in enumerate(self.names[:-1])})
-        return {**out, "delay": D, "offset_alpha": P[:, 7]}
+        return {**out, "delay": D, "offset_alpha": P[:, 7], "motor_k": P[:, 8]}
 
     def state(self, y: np.ndarray, yd: np.ndarray, P: np.ndarray) -> np.ndarray:
         return np.column_stack([y[:, 0], y[:, 1] - P[:, 7], yd[:, 0], yd[:, 1]])
 
     def params(self, p: np.ndarray) -> dict:
-        return {**self.base, **dict(zip(self.names[:-1], p[:-1]))}
+        return {**self.base, **dict(zip(self.names[:-1], p[:7]))}
 
-    def vector(self, params: dict, offset: float) -> np.ndarray:
-        return np.array([params[k] for k in self.names[:-1]] + [offset])
+    def vector(self, params: dict, offset: float, motor_k: float) -> np.ndarray:
+        return np.array([params[k] for k in self.names[:-1]] + [offset, motor_k])
 
 
 MODELS = {"pendulum": PendulumModel, "furuta": FurutaModel}
@@ -511,7 +516,12 @@ class SimScorer:
         for b in range(C * W):  # the commands still in the delay line at the window start
             d = int(D[b])
             act[b, :d] = ub[b, MAX_DELAY - d:]
-        sim.set_state({"x": x0, "act_buf": act, "t": np.zeros(C * W, np.int64)})
+        # the motor's output at the window start: its lag run over the
+        # commands that have left the delay line
+        k, tau = P[:, -1], ub[:, 0].astype(float)
+        for j in range(1, MAX_DELAY):
+            tau = np.where(j < MAX_DELAY - D, tau + k * (ub[:, j] - tau), tau)
+        sim.set_state({"x": x0, "act_buf": act, "t": np.zeros(C * W, np.int64), "tau": tau})
         obs, *_ = sim.rollout(np.tile(self.u, (1, C)).astype(np.float32))
         return positions(obs, self.spec).reshape(K, C, W, -1)
 
@@ -527,8 +537,9 @@ class SimScorer:
 
 
 def refine(scorer: SimScorer, phys0: np.ndarray, delay0: int, iterations: int = 10):
-    """Levenberg-Marquardt on the simulation error over the model's vector
-    and every window's start state (the filtered state is off by the
+    """Levenberg-Marquardt on the simulation error over the model's vector,
+    the motor's response per step (``phys0``'s last entry) and every
+    window's start state (the filtered state is off by the
     encoder's resolution, which would otherwise bend the parameters), from
     the least-squares answer, for the delays next to its delay. A window's
     start moves only its own window, so one candidate perturbs a state
@@ -539,18 +550,22 @@ def refine(scorer: SimScorer, phys0: np.ndarray, delay0: int, iterations: int = 
     model, W = scorer.model, scorer.W
     nx = scorer.spec.nx
     delays = np.arange(max(0, delay0 - 1), min(MAX_DELAY, delay0 + 1) + 1)
-    nd, n = len(delays), len(phys0)
+    nd, n = len(delays), len(phys0)               # the model's names and motor_k
     m = n + nx                                     # candidates per delay beyond the base
-    p = np.tile(np.maximum(phys0, model.lows), (nd, 1))
+    low, high = np.append(model.lows, MOTOR_K_LOW), np.append(np.full(n - 1, np.inf), 1.0)
+    floors = np.append(model.floors, 1.0)
+    sign = np.append(np.ones(n - 1), -1.0)         # motor_k: a backward difference (1 is its top)
+    p = np.tile(np.clip(phys0, low, high), (nd, 1))
     dx = np.zeros((nd, W, nx))
-    lows = np.concatenate([model.lows, np.full(W * nx, -np.inf)])
+    lows = np.concatenate([low, np.full(W * nx, -np.inf)])
+    highs = np.concatenate([high, np.full(W * nx, np.inf)])
     state_h = np.where(np.array(scorer.spec.angular_velocities) |
                        ~np.array(scorer.spec.angles), 1e-3, 1e-4)
     lam = np.full(nd, 1e-2)
     steps = np.array([1.0, 0.5, 0.2])
     cost = (scorer.residuals(p, delays, dx) ** 2).sum(axis=(1, 2))
     for _ in range(iterations):
-        h = model.fd_step * np.maximum(np.abs(p), model.floors)
+        h = sign * model.fd_step * np.maximum(np.abs(p), floors)
         cand = np.repeat(p, m + 1, axis=0)
         cdx = np.repeat(dx, m + 1, axis=0)
         for j in range(nd):
@@ -571,7 +586,7 @@ def refine(scorer: SimScorer, phys0: np.ndarray, delay0: int, iterations: int = 
                                      rcond=None)[0]
             z = np.concatenate([p[j], dx[j].reshape(-1)])
             for a in steps:
-                t = np.maximum(z + a * delta, lows)
+                t = np.clip(z + a * delta, lows, highs)
                 trials.append(t[:n])
                 trial_dx.append(t[n:].reshape(W, nx))
         trials, trial_dx = np.array(trials), np.array(trial_dx)
@@ -644,6 +659,7 @@ def identify(logs: list[Log], spec: PlantSpec, max_delay: int = 4, refine_fit: b
     fit_scorer = SimScorer(model, fit_part)
     held_scorer = SimScorer(model, held)
     delay_ls = int(ls["delay"])
+    phys_ls = np.append(phys_ls, 1.0)  # least squares takes the motor as instant
     if refine_fit:
         phys, delay, _ = refine(fit_scorer, phys_ls, delay_ls)
     else:
@@ -652,11 +668,11 @@ def identify(logs: list[Log], spec: PlantSpec, max_delay: int = 4, refine_fit: b
     sd = {name: 0.0 for name in spec.param_names}
     sd.update(zip(names, std))
     fit = Fit(spec.system, spec.preset, {k: float(v) for k, v in model.params(phys).items()},
-              {k: float(v) for k, v in sd.items()}, int(delay), float(phys[-1]),
+              {k: float(v) for k, v in sd.items()}, int(delay), float(phys[-2]),
               nominal, {k: float(v) for k, v in model.params(phys_ls).items()}, ls["rms"],
               ls["rms_by_delay"], float(err[0]), float(err[1]), ls["cond"], warnings,
-              tuple(names[:-1]))
-    return fit, held_scorer, model.vector(nominal, 0.0)
+              tuple(names[:-1]), float(phys[-1]))
+    return fit, held_scorer, model.vector(nominal, 0.0, 1.0)
 
 
 def plot_held_out(path, fit: Fit, scorer: SimScorer, nominal_phys: np.ndarray,
@@ -668,7 +684,7 @@ def plot_held_out(path, fit: Fit, scorer: SimScorer, nominal_phys: np.ndarray,
     import matplotlib.pyplot as plt
     from grpo_ctrl.files import save_figure
 
-    phys = scorer.model.vector(fit.params, fit.offset)
+    phys = scorer.model.vector(fit.params, fit.offset, fit.motor_k)
     sims = scorer.simulate(np.stack([phys, nominal_phys]), np.array([fit.delay, nominal_delay]))
     e = sims - scorer.y[:, None]
     sims = scorer.y[:, None] + np.arctan2(np.sin(e), np.cos(e))  # on the measured branch
