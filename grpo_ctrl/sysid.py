@@ -536,7 +536,8 @@ class SimScorer:
         return np.sqrt(np.mean(self.residuals(phys, delays) ** 2, axis=(1, 2)))
 
 
-def refine(scorer: SimScorer, phys0: np.ndarray, delay0: int, iterations: int = 10):
+def refine(scorer: SimScorer, phys0: np.ndarray, delay0: int, iterations: int = 40,
+           tolerance: float = 1e-6):
     """Levenberg-Marquardt on the simulation error over the model's vector,
     the motor's response per step (``phys0``'s last entry) and every
     window's start state (the filtered state is off by the
@@ -545,8 +546,11 @@ def refine(scorer: SimScorer, phys0: np.ndarray, delay0: int, iterations: int = 
     start moves only its own window, so one candidate perturbs a state
     component of every window at once: each iteration scores every delay's
     Jacobian candidates in one simulator call and every delay's trial steps
-    in another. Returns the best candidate, its delay and score (the start
-    is one, so the result is never worse)."""
+    in another. Stops after ``iterations``, or once an iteration lowers no
+    delay's cost by more than ``tolerance`` of it (a lagging motor, which
+    least squares leaves out, can start it 30 % off). Returns the best
+    candidate, its delay and score (the start is one, so the result is never
+    worse)."""
     model, W = scorer.model, scorer.W
     nx = scorer.spec.nx
     delays = np.arange(max(0, delay0 - 1), min(MAX_DELAY, delay0 + 1) + 1)
@@ -592,6 +596,8 @@ def refine(scorer: SimScorer, phys0: np.ndarray, delay0: int, iterations: int = 
         trials, trial_dx = np.array(trials), np.array(trial_dx)
         c = (scorer.residuals(trials, np.repeat(delays, len(steps)), trial_dx) ** 2).sum(axis=(1, 2))
         c = c.reshape(nd, len(steps))
+        if np.all(c.min(axis=1) > cost * (1 - tolerance)) and np.all(lam > 1e2):
+            break
         for j in range(nd):
             k = int(np.argmin(c[j]))
             if c[j, k] < cost[j]:
