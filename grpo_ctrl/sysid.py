@@ -61,7 +61,6 @@ MAX_SATURATED = 0.5      # share of rows at the actuator limit beyond which torq
 HELD_OUT = 0.25          # last share of each log kept for validation
 MIN_PIECE_S = 1.5        # shortest stretch between lost frames that is used
 GAP_KINDS = ("lost", "seq_jump", "malformed", "failed")  # rows that mean a missing state
-WINDOW_S = 1.0           # simulation-error windows
 CORRELATION_WARN = 0.95  # |correlation| of two estimates above which they are not separable
 CONDITION_WARN = 1e3     # condition number of the (column-scaled) regressor
 MOTOR_K_LOW = 0.05       # the slowest motor response per step the refinement tries
@@ -300,6 +299,7 @@ class PendulumModel:
     lows = np.array([1e-6, 1e-6, 0.0, 0.0, -np.inf])
     cutoff_hz = 8.0          # Butterworth cutoff of the derivative filter
     fd_step = 1e-4           # relative finite-difference step of the refinement
+    window_s = 1.0           # simulation-error windows
     known_names = ("g",)
     positive = ("m", "l")    # a least-squares answer without these is no plant
 
@@ -367,6 +367,8 @@ class FurutaModel:
     lows = np.array([1e-6, 1e-6, 0.0, 0.0, 1e-6, 0.0, 0.0, -np.inf])
     cutoff_hz = 15.0         # the arm under its holding loop moves faster than the rod
     fd_step = 1e-3           # a larger step: dr and dp barely move the angles
+    window_s = 2.0           # long windows: the dampings act slowly (on simulated 40 s
+                             # logs, 2 s windows halved the worst dr and dp errors of 1 s ones)
     known_names = ("g", "mp", "rm", "mr")
     positive = ("km", "lr", "lp")
 
@@ -463,18 +465,18 @@ class SimScorer:
     fixed windows, every (candidate, window) pair one environment of one
     ``BatchSim`` holding its plant."""
 
-    def __init__(self, model, segments: list[_Segment], window_s: float = WINDOW_S,
-                 max_windows: int = 12):
+    def __init__(self, model, segments: list[_Segment], max_windows: int = 12):
         dt = segments[0].dt
-        self.K = K = max(10, int(round(window_s / dt)))
+        self.K = K = max(10, int(round(model.window_s / dt)))
         starts = []
         for i, s in enumerate(segments):
             lo, hi = MAX_DELAY + int(0.2 / dt), len(s.u) - K - int(0.2 / dt)
             if hi > lo:
                 starts += [(i, k) for k in range(lo, hi, K)]
         if not starts:
-            raise UserError("the logs are too short for the simulation-error windows; record "
-                            f"at least {MIN_SECONDS:g} s")
+            raise UserError(f"the logs are too short for the simulation-error windows of "
+                            f"{model.window_s:g} s (their last quarter is held out); record "
+                            "longer (`grpo-ctrl excite --duration 20`)")
         pick = np.linspace(0, len(starts) - 1, min(max_windows, len(starts))).round().astype(int)
         self.starts = [starts[j] for j in pick]
         self.model, self.spec, self.dt = model, model.spec, dt
