@@ -146,9 +146,9 @@ def test_velocity_feedback_data_cannot_separate_torque_from_damping(tmp_path):
                for w in fit.warnings), fit.warnings
 
 
-def _fails(capsys, tmp_path, log, *extra):
+def _fails(capsys, tmp_path, log, *extra, spec=SPEC):
     out = tmp_path / "fitted.toml"
-    rc = main(["sysid", str(log), "--system", "pendulum", "--preset", "rig",
+    rc = main(["sysid", str(log), "--system", spec.system, "--preset", spec.preset,
                "--out", str(out), *extra])
     err = capsys.readouterr().err.strip()
     assert rc == 2
@@ -234,32 +234,23 @@ def test_furuta_scale_comes_from_the_known_mass(tmp_path):
                for w in identify([log], FURUTA, refine_fit=False)[0].warnings)
 
 
-def _furuta_fails(capsys, tmp_path, log, *extra):
-    out = tmp_path / "fitted.toml"
-    rc = main(["sysid", str(log), "--system", "furuta", "--out", str(out), *extra])
-    err = capsys.readouterr().err.strip()
-    assert rc == 2
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert not out.exists() and not (tmp_path / "fitted.png").exists()
-    return err
-
-
 def test_bad_furuta_logs_get_one_line(tmp_path, capsys):
     plant, _ = _furuta_truth(0)
     short = write_log(tmp_path / "short.csv", plant, seconds=2.0, spec=FURUTA)
-    assert "too short" in _furuta_fails(capsys, tmp_path, short)
+    assert "too short" in _fails(capsys, tmp_path, short, spec=FURUTA)
     still = write_log(tmp_path / "still.csv", plant, seconds=6.0, command=lambda k, o: 0.0,
                       noise=0.0, spec=FURUTA)
-    assert "never moves" in _furuta_fails(capsys, tmp_path, still)
+    assert "never moves" in _fails(capsys, tmp_path, still, spec=FURUTA)
     saturated = write_log(tmp_path / "sat.csv", plant, seconds=6.0, spec=FURUTA,
                           command=lambda k, o: 10.0 if (k // 20) % 2 else -10.0)
-    assert "saturated" in _furuta_fails(capsys, tmp_path, saturated)
+    assert "saturated" in _fails(capsys, tmp_path, saturated, spec=FURUTA)
     pendulum = write_log(tmp_path / "pendulum.csv", {"m": 0.15}, seconds=6.0)
-    assert "wrong plant" in _furuta_fails(capsys, tmp_path, pendulum)
+    assert "wrong plant" in _fails(capsys, tmp_path, pendulum, spec=FURUTA)
     missing = tmp_path / "missing.csv"
     missing.write_text("kind,dev_t_us,pos,actuator\nstate,0,1024,0\nstate,2000,1024,0\n")
-    assert "lacks the column" in _furuta_fails(capsys, tmp_path, missing)
+    assert "lacks the column" in _fails(capsys, tmp_path, missing, spec=FURUTA)
     log = write_log(tmp_path / "ok.csv", plant, seconds=6.0, spec=FURUTA)
-    assert "sysid fits km itself" in _furuta_fails(capsys, tmp_path, log, "--known", "km=0.04")
-    assert "above 0" in _furuta_fails(capsys, tmp_path, log, "--known", "mp=-1")
-    assert "NAME=VALUE" in _furuta_fails(capsys, tmp_path, log, "--known", "mp")
+    assert "sysid fits km itself" in _fails(capsys, tmp_path, log, "--known", "km=0.04",
+                                            spec=FURUTA)
+    assert "above 0" in _fails(capsys, tmp_path, log, "--known", "mp=-1", spec=FURUTA)
+    assert "NAME=VALUE" in _fails(capsys, tmp_path, log, "--known", "mp", spec=FURUTA)
