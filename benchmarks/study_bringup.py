@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def fly(system: str, seed: int, policy: Path, log: Path, noise: float) -> tuple[str, float]:
     spec = plant_spec(system, PRESETS[system])
     truth = mystery_plant(spec, seed)
-    with serve_hil(HilConfig(system=system, preset=spec.preset, plant=truth, angle0=math.pi, watchdog_ms=300,
-                             sensor_noise=noise)) as hil:
+    with serve_hil(HilConfig(system=system, preset=spec.preset, plant=truth, angle0=math.pi,
+                             watchdog_ms=300, sensor_noise=noise)) as hil:
         summary = run_loop(hil.port, policy, 30.0, log, False, print_fn=lambda *a: None)
         trace = hil.trace()
     t, angle = trace["t"], trace["x"][:, spec.pole_angle]

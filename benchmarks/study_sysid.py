@@ -57,8 +57,8 @@ def one(system: str, seed: int, duration: float, folder: str, noise: float,
     log, out = f"{folder}/excite{seed}.csv", f"{folder}/fitted{seed}.toml"
     known = [f"--known={k}={truth.params[k] * (1 + known_error):.9g}"
              for k in model_for(spec).known_names if k not in ("g", "mr")]
-    with serve_hil(HilConfig(system=system, preset=spec.preset, plant=truth, angle0=math.pi, watchdog_ms=300,
-                             sensor_noise=noise)) as hil:
+    with serve_hil(HilConfig(system=system, preset=spec.preset, plant=truth, angle0=math.pi,
+                             watchdog_ms=300, sensor_noise=noise)) as hil:
         quiet = io.StringIO()
         stdout, sys.stdout = sys.stdout, quiet
         try:

@@ -6,8 +6,8 @@ The top-level keys are the plant's parameter names (``PlantSpec.
 param_names``: g, m, l, b, fc for the pendulum), ``delay`` (control steps),
 ``offset`` (encoder offset of the pendulum's angle, rad) and ``motor_k``
 (the actuator's first-order response per control step, as the simulator's:
-1 is instant); any may be left out (the preset's value, 0, 1). A fit adds a ``[std]`` table of standard
-errors and a ``[fit]`` table of its quality::
+1 is instant); any may be left out (the preset's value, 0, 1). A fit adds a
+``[std]`` table of standard errors and a ``[fit]`` table of its quality::
 
     m = 0.18
     l = 0.26

@@ -596,14 +596,16 @@ def refine(scorer: SimScorer, phys0: np.ndarray, delay0: int, iterations: int = 
                 trials.append(t[:n])
                 trial_dx.append(t[n:].reshape(W, nx))
         trials, trial_dx = np.array(trials), np.array(trial_dx)
-        c = (scorer.residuals(trials, np.repeat(delays, len(steps)), trial_dx) ** 2).sum(axis=(1, 2))
+        c = scorer.residuals(trials, np.repeat(delays, len(steps)), trial_dx)
+        c = (c ** 2).sum(axis=(1, 2))
         c = c.reshape(nd, len(steps))
         if np.all(c.min(axis=1) > cost * (1 - tolerance)) and np.all(lam > 1e2):
             break
         for j in range(nd):
             k = int(np.argmin(c[j]))
             if c[j, k] < cost[j]:
-                p[j], dx[j], cost[j] = trials[j * len(steps) + k], trial_dx[j * len(steps) + k], c[j, k]
+                i = j * len(steps) + k
+                p[j], dx[j], cost[j] = trials[i], trial_dx[i], c[j, k]
                 lam[j] = max(lam[j] / 3, 1e-6)
             else:
                 lam[j] *= 10
