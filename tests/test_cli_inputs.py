@@ -35,6 +35,7 @@ ACCEPTED = {
     ("hil", "--position-limit"): ({"zero"}, "0: no limit"),
     ("hil", "--velocity-cutoff"): ({"zero"}, "0: raw differences"),
     ("hil", "--disconnect-after"): ({"zero"}, "0: never"),
+    ("hil", "--sensor-noise"): ({"zero"}, "0: quantisation only"),
     ("train", "--time-budget"): ({"zero"}, "0: no limit"),
     ("train", "--iterations"): ({"zero"}, "0: no limit"),
     ("train", "--eval-every"): ({"zero"}, "0: every iteration"),
