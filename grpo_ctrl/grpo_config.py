@@ -50,6 +50,11 @@ class GRPOConfig:
                                       above=0.0, high=1e6)
     w_du: float = knob(0.0, "action-rate penalty: each decision loses w_du (du / u_max)^2, "
                        "for smooth commands on a real motor", low=0.0, high=1e6)
+    w_smooth: float = knob(0.0, "weight of the mean command's smoothness in the loss (CAPS): "
+                           "its squared change between decisions and under observation noise",
+                           low=0.0, high=1e6)
+    smooth_sigma: float = knob(0.05, "std of the observation perturbation of w_smooth, in "
+                               "normalised units", above=0.0, high=1e3)
     # advantages and loss
     reward_form: str = knob("outcome", "outcome (branch return) or reward_to_go (per step)",
                             choices=("outcome", "reward_to_go"))
