@@ -37,12 +37,14 @@ import numpy as np  # noqa: E402
 
 from grpo_ctrl import heldout, robustness  # noqa: E402
 from grpo_ctrl.baselines import make_controller  # noqa: E402
+from grpo_ctrl.files import atomic_write  # noqa: E402
 from grpo_ctrl.grpo_config import default_config  # noqa: E402
 from grpo_ctrl.policy import load_policy_controller  # noqa: E402
 from grpo_ctrl.randomize import Randomization, default_randomization  # noqa: E402
 from grpo_ctrl.train import train  # noqa: E402
 
 VARIANTS = ("randomised", "nominal")
+EVAL = "study-eval.json"
 
 
 def configure(variant: str, system: str, preset: str, seed: int, iterations: int):
@@ -86,15 +88,43 @@ def training_summary(folder: Path) -> dict:
             "update_ms": 1e3 * float(np.mean([r["update_s"] for r in rows])), **first}
 
 
-def evaluate(controller, episodes: int, realistic: int, held: int) -> dict:
+def iteration_cost(plant, steps: int) -> dict:
+    """CPU seconds of one iteration (collection + update, one core, no
+    overlap), the two variants' trainers stepping in turn in this process, so
+    that the machine's load weighs on both alike."""
+    from grpo_ctrl.grpo import Trainer
+    trainers, cpu = {}, {v: [] for v in VARIANTS}
+    for v in VARIANTS:
+        cfg, randomize = configure(v, *plant, 0, steps)
+        cfg.overlap = False
+        trainers[v] = Trainer(cfg, *plant, randomize=randomize)
+    for _ in range(steps):
+        for v, trainer in trainers.items():
+            t = time.process_time()
+            trainer.step()
+            cpu[v].append(time.process_time() - t)
+    return {v: float(np.median(c)) for v, c in cpu.items()}
+
+
+def evaluate(controller, episodes: int, realistic: int, held: int, cache: Path) -> dict:
+    """The benchmark and the held-out episodes, kept in ``cache`` (JSON): a
+    process can score runs as they finish and a last one only reports."""
+    if cache.is_file():
+        r = json.loads(cache.read_text())
+        if (r["episodes"], r["realistic_episodes"], len(r["returns"])) == (episodes, realistic,
+                                                                           held):
+            return {**r, "returns": np.array(r["returns"])}
     rb = robustness.benchmark(controller, episodes, realistic)
     ep = heldout.run(controller, held)
-    return {"score": rb["score"], "categories": rb["categories"],
-            "realistic": rb["realistic"]["success"],
-            "realistic_sign_changes": rb["realistic"]["du_sign_changes"],
-            "realistic_du": rb["realistic"]["du_mean"],
-            "returns": ep.returns, "success": float(ep.success.mean()),
-            "du": float(ep.du_mean.mean()), "sign_changes": float(ep.du_sign_changes.mean())}
+    r = {"score": rb["score"], "categories": rb["categories"],
+         "realistic": rb["realistic"]["success"],
+         "realistic_sign_changes": rb["realistic"]["du_sign_changes"],
+         "realistic_du": rb["realistic"]["du_mean"],
+         "returns": ep.returns.tolist(), "success": float(ep.success.mean()),
+         "du": float(ep.du_mean.mean()), "sign_changes": float(ep.du_sign_changes.mean()),
+         "episodes": episodes, "realistic_episodes": realistic}
+    atomic_write(cache, json.dumps(r))
+    return {**r, "returns": ep.returns}
 
 
 def mean_se(values, fmt="{:.1f}", scale=1.0) -> str:
@@ -128,8 +158,8 @@ def report(results: dict, baseline: dict, realistic: int, held: int) -> str:
     row("du sign changes, realistic (%)", "realistic_sign_changes", scale=100)
     row("mean abs du / u_max, realistic", "realistic_du", "{:.4f}")
     for key, label in (("iterations", "training iterations"), ("wall_s", "training wall s"),
-                       ("rollout_ms", "collection CPU ms / iteration"),
-                       ("update_ms", "update CPU ms / iteration")):
+                       ("rollout_ms", "collection ms / iteration (wall)"),
+                       ("update_ms", "update ms / iteration (wall)")):
         cells = [mean_se([r["train"][key] for r in results[n]], "{:.0f}") for n in names]
         lines.append(f"| {label} | " + " | ".join(cells) + " | |")
     for key in ("it_to_90", "it_to_100"):
@@ -140,7 +170,9 @@ def report(results: dict, baseline: dict, realistic: int, held: int) -> str:
         lines.append("\nNominal return, randomised - nominal training, paired on the same "
                      f"{held} held-out episodes:\n")
         rel = []
-        for a, b in zip(results["randomised"], results["nominal"]):
+        nominal = {r["seed"]: r for r in results["nominal"]}
+        for a, b in ((a, nominal[a["seed"]]) for a in results["randomised"]
+                     if a["seed"] in nominal):
             d = a["returns"] - b["returns"]
             rel.append(d.mean() / abs(b["returns"].mean()))
             lines.append(f"- seed {a['seed']}: {d.mean():+.1f} ± "
@@ -158,34 +190,46 @@ def main(argv=None) -> int:
     p.add_argument("--iterations", type=int, default=400, help="of the randomised runs")
     p.add_argument("--nominal-iterations", type=int, help="of the nominal runs (default: "
                    "--iterations)")
+    p.add_argument("--nominal-seeds", type=int, nargs="+", help="(default: --seeds)")
     p.add_argument("--runs", required=True, help="folder of the trained runs (reused)")
     p.add_argument("--only", choices=VARIANTS, action="append")
     p.add_argument("--train-only", action="store_true")
+    p.add_argument("--no-report", action="store_true", help="train and score, print nothing")
     p.add_argument("--episodes", type=int, default=20, help="per grid point")
     p.add_argument("--realistic", type=int, default=500, help="episodes of the realistic row")
     p.add_argument("--heldout", type=int, default=heldout.HELDOUT_EPISODES)
+    p.add_argument("--cost-iterations", type=int, default=20,
+                   help="iterations of each variant timed side by side (0: skip)")
     args = p.parse_args(argv)
     plant = (args.system, args.preset)
     runs = Path(args.runs)
     iterations = {"randomised": args.iterations,
                   "nominal": args.nominal_iterations or args.iterations}
     variants = args.only or list(VARIANTS)
-    for seed in args.seeds:
-        for v in variants:
-            ensure_trained(runs / f"{v}-seed{seed}", v, plant, seed, iterations[v])
-    if args.train_only:
-        return 0
     t = time.perf_counter()
     results = {v: [] for v in variants}
-    for v in variants:
-        for seed in args.seeds:
+    seeds = {"randomised": args.seeds, "nominal": args.nominal_seeds or args.seeds}
+    for seed in sorted(set(args.seeds) | set(seeds["nominal"])):
+        for v in (v for v in variants if seed in seeds[v]):
             folder = runs / f"{v}-seed{seed}"
-            r = evaluate(load_policy_controller(folder), args.episodes, args.realistic,
-                         args.heldout)
-            results[v].append({**r, "seed": seed, "train": training_summary(folder)})
+            ensure_trained(folder, v, plant, seed, iterations[v])
+            if not args.train_only:
+                r = evaluate(load_policy_controller(folder), args.episodes, args.realistic,
+                             args.heldout, folder / EVAL)
+                results[v].append({**r, "seed": seed, "train": training_summary(folder)})
+    if args.train_only:
+        return 0
     baseline = evaluate(make_controller("swingup-lqr", *plant), args.episodes, args.realistic,
-                        args.heldout)
+                        args.heldout, runs / f"swingup-lqr-{EVAL}")
+    if args.no_report:
+        return 0
     text = report(results, baseline, args.realistic, args.heldout)
+    if args.cost_iterations:
+        cost = iteration_cost(plant, args.cost_iterations)
+        text += ("\n\nCPU time of one iteration (collection + update, one core), the variants "
+                 f"side by side, median of {args.cost_iterations}: "
+                 + ", ".join(f"{v} {1e3 * c:.0f} ms" for v, c in cost.items())
+                 + f"; randomised / nominal {cost['randomised'] / cost['nominal']:.2f}")
     print(f"\n## {plant[0]}/{plant[1]}, seeds {args.seeds} (evaluation {time.perf_counter() - t:.0f} s, "
           f"load {os.getloadavg()[0]:.1f})\n\n{text}")
     return 0
