@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import math
 import re
 import shutil
@@ -282,13 +283,28 @@ class Fit:
     scratch: int            # the controller's stack scratch
 
 
+_BARE_SIZES: dict = {}  # (board, digest of the project's files) -> Sizes
+
+
+def _bare_size(b: Board, tmp: Path) -> Sizes:
+    """The image without a controller, built once per board and per content
+    of its sources (a process that measures several controllers builds it once)."""
+    digest = hashlib.sha256()
+    for name, src in sorted(project_files(b).items()):
+        digest.update(name.encode() + b"\0" + src.read_bytes())
+    key = (b, digest.hexdigest())
+    if key not in _BARE_SIZES:
+        _BARE_SIZES[key] = size_of(b, build_image(b, stage(b, tmp / "bare"), tmp / "build",
+                                                  unbounded=True))
+    return _BARE_SIZES[key]
+
+
 def measure(b: Board, policy_src=None) -> Fit:
     """Build the board's image in a temporary folder, without and with the
     controller (which the back-end links in as the on-device controller
     where the project has a policy.h), and measure both."""
     with tempfile.TemporaryDirectory(prefix="grpo_ctrl_fw_") as tmp:
-        firmware = total = size_of(b, build_image(b, stage(b, Path(tmp) / "bare"),
-                                                  Path(tmp) / "build", unbounded=True))
+        firmware = total = _bare_size(b, Path(tmp))
         if policy_src is not None:
             project = stage(b, Path(tmp) / "with_controller", policy_src)
             total = size_of(b, build_image(b, project, Path(tmp) / "build_c", unbounded=True))
