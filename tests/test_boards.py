@@ -67,7 +67,7 @@ def test_largest_mlp_is_the_widest_whose_weights_fit():
 
 def test_board_variants_of_the_generated_c_compute_the_same_floats(tmp_path):
     """What boards.controller_c asks of the generator (packed weights for
-    the Uno, eight outputs per pass for the Cortex-M4F) changes how the C
+    the Uno, sixteen outputs per pass for the Cortex-M4F) changes how the C
     reads its weights, not one bit of the result: built with the host
     compiler, all three give the plain C's output bit for bit."""
     from grpo_ctrl.export.c_build import CPolicy, compile_shared, host_cc
@@ -212,6 +212,24 @@ def test_default_policy_on_the_emulated_mcu_matches_onnxruntime(board):
     assert np.ptp(want) > 0.1  # the observations exercise the network, not one saturated value
     assert r["mode"] == 1      # the core was armed while its tick was timed
     assert 0 < r["tick"] < r["policy"]
+
+
+def test_cortex_m4_block_loads_give_the_plain_c_floats():
+    """On the Cortex-M4F the controller's weights are loaded eight to a VLDM
+    by inline assembly (c_codegen._load_macros), sixteen outputs a pass: on
+    QEMU's Cortex-M4F the result is the plain generated C's (one output a
+    pass, a VLDR a weight) bit for bit, and the VLDM path is the one that
+    ran (fewer instructions: QEMU -icount counts them, load does not)."""
+    need(boards.emulator_missing(MPS2))
+    model = onnx.load(RIG)
+    obs = operating_observations("pendulum", "rig", 48, seed=5)
+    src = boards.controller_c(MPS2, model)
+    assert "vldmia" in src.c and "POLICY_ROM_LOAD8(wp," in src.c
+    fast = boards.target_check(MPS2, src, obs)
+    plain = boards.target_check(MPS2, generate_c(model), obs)
+    assert np.ptp(plain["out"]) > 0.1
+    assert np.array_equal(fast["out"].view(np.uint32), plain["out"].view(np.uint32))
+    assert fast["policy"] < 0.8 * plain["policy"]
 
 
 # 200 ms rather than the firmware's 50: at a load of 20 on this 2-core machine
