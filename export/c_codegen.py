@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import re
+from collections import Counter
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,6 +181,7 @@ class _Emitter:
     block: int = 1  # outputs of a matrix product computed per pass over its input
     packed: set = field(default_factory=set)  # C names of the arrays stored packed
     loads: set = field(default_factory=set)  # n of the <ROM>_LOAD<n> macros the C uses
+    then: dict = field(default_factory=dict)  # product's output -> the unary op it stores through
 
     def const_at(self, name: str, arr: np.ndarray, idx: str) -> str:
         """C expression of element ``idx`` of constant ``name`` (a flash read on AVR)."""
@@ -328,6 +330,7 @@ def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
     tensors: dict[str, _Tensor] = {in_name: _Tensor((1, nobs), np.float32, _OBS)}
     em = _Emitter(opsets, rom=f"{name.upper()}_ROM", pack=pack, block=block)
     steps = []  # the nodes that compute at run time, in order
+    uses = Counter(i for n in g.node for i in n.input if i)
     for node in _toposort(g, set(consts) | {in_name}):
         if node.domain not in ("", "ai.onnx"):
             raise UserError(f"op {node.domain}::{node.op_type} is not in the standard ONNX domain; "
@@ -368,6 +371,14 @@ def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
                 tensors[o] = _Tensor(tuple(v.shape), v.dtype.type, o)
         if node.op_type in _ALIASES:
             tensors[node.output[0]].root = tensors[node.input[0]].root
+        if (node.op_type == "Relu" and steps and steps[-1].op_type in ("Gemm", "MatMul") and
+                steps[-1].output[0] == node.input[0] and uses[node.input[0]] == 1 and
+                node.input[0] != out_name):
+            # the product applies it as it stores each output, in place: no pass
+            # that loads and stores every element again (128 per step of an MLP)
+            em.then[node.input[0]] = node.op_type
+            tensors[node.output[0]].root = tensors[node.input[0]].root
+            continue
         steps.append(node)
     if out_name in consts:
         raise UserError("the graph's output does not depend on the observation; that is not a "
@@ -599,6 +610,15 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
     row = f"m * {N} + " if M > 1 else ""
     dst = _at(out, f"{row}j" if N > 1 else (f"m * {N}" if M > 1 else "0"))
     value = "acc"
+    then = em.then.get(node.output[0])
+
+    def store(d, v, acc):  # d = v, through the Relu that follows where generate_c fused it
+        if not then:
+            return f"{d} = {v};"
+        return (f"{acc} = {v}; " if v != acc else "") + f"{d} = {_UNARY[then].format(x=acc)};"
+
+    if then:
+        em.lines.append(f"  /* and the {then} that follows, as each output is stored */")
     alpha = float(attrs.get("alpha", 1.0))
     if alpha != 1.0:
         value = f"{_float_literal(alpha)} * acc"
@@ -637,7 +657,7 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
         lines = [f"float {' = 0.0f, '.join(accs)} = 0.0f;",
                  f"for (int k = 0; k < {K}; ++k) {{",
                  f"  const float a = {a};"] + body + ["}"] + \
-                [f"{at_j(dst, r)} = {at_j(value, r).replace('acc', acc, 1)};"
+                [store(at_j(dst, r), at_j(value, r).replace('acc', acc, 1), acc)
                  for r, acc in enumerate(accs)]
         lines = [f"for (int j = 0; j < {N}; j += {blk}) {{"] + ["  " + x for x in lines] + ["}"]
         if walk:
@@ -647,7 +667,7 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
     else:
         lines = ["float acc = 0.0f;",
                  f"for (int k = 0; k < {K}; ++k) acc += {a} * {b};",
-                 f"{dst} = {value};"]
+                 store(dst, value, "acc")]
         if N > 1:
             lines = [f"for (int j = 0; j < {N}; ++j) {{"] + ["  " + x for x in lines] + ["}"]
         else:
