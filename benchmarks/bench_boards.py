@@ -13,9 +13,9 @@ For each board whose toolchain and emulator are installed:
   CYCCNT, so the check counts SysTick periods at the model's 25 MHz under
   ``-icount shift=0`` (one instruction per ns of virtual time, 40 a
   period). An M4 takes at least one cycle per instruction (the policy's
-  inner loop, two VLDMs, VMUL, VADD and the loop, about 1.5-2 cycles an
-  instruction by the Cortex-M4 TRM's timings), so the shares printed are
-  lower bounds.
+  inner loop, an input load, two VLDMs of eight weights, 16 VMUL, 16 VADD
+  and the loop: 38 instructions, about 56 cycles by the Cortex-M4 TRM's
+  timings), so the shares printed are lower bounds.
 
 Clocks: the Uno's 16 MHz; for the Cortex-M4F both QEMU's mps2-an386 model
 (25 MHz, what the PIL runs) and the realistic board the goal is judged at,
