@@ -139,7 +139,6 @@ class Link:
         self.tracking = False        # counting device seqs (after the handshake's INFO)
         self.expect = None           # next device seq
         self.received = self.lost = 0
-        self.gaps = []               # (first lost seq, next seq received)
 
     def send(self, msg_type: int, payload: bytes = b"") -> int:
         seq = self.seq
@@ -189,10 +188,7 @@ class Link:
         if not self.tracking:
             return
         if self.expect is not None and newer(seq, self.expect - 1):
-            gap = (seq - self.expect) % 2**32
-            if gap:
-                self.gaps.append((self.expect, seq))
-            self.lost += gap
+            self.lost += (seq - self.expect) % 2**32
         self.received += 1
         self.expect = (seq + 1) & 0xFFFFFFFF
 
@@ -222,10 +218,11 @@ def realtime():
 
 
 class Host:
-    def __init__(self, port: str, kp_fraction: float = 1.0, log=None):
+    """Handshake, parameters, the closed loop and the disarm over one ``Link``."""
+
+    def __init__(self, port: str, kp_fraction: float = 1.0):
         self.link = Link(port)
         self.kp_fraction = kp_fraction    # full command at 1 rad of error
-        self.log = log or (lambda *_: None)
         self.info = None
         self.states = []                  # (seq, state) received while armed
         self.commands = {}                # host seq -> value sent
