@@ -36,8 +36,6 @@ from grpo_ctrl.plant import plant_spec
 from grpo_ctrl.plant_file import mystery_plant, read_plant_file
 from grpo_ctrl.sysid import model_for
 
-FITTED = {"pendulum": ("m", "l", "b", "fc"),
-          "furuta": ("km", "lr", "jr", "dr", "lp", "jp", "dp")}
 PRESETS = {"pendulum": "rig", "furuta": "qube-servo2"}  # the rigs
 
 
@@ -90,7 +88,7 @@ def one(system: str, seed: int, duration: float, folder: str, noise: float,
 
 def run(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--system", default="pendulum", choices=sorted(FITTED))
+    p.add_argument("--system", default="pendulum", choices=sorted(PRESETS))
     p.add_argument("--seeds", default="0-9")
     p.add_argument("--duration", type=float, default=20.0)
     p.add_argument("--sensor-noise", type=float, default=0.001,
@@ -101,7 +99,7 @@ def run(argv=None) -> int:
     p.add_argument("--keep", default=None, metavar="FOLDER",
                    help="keep the logs and fits here (for end-to-end runs)")
     args = p.parse_args(argv)
-    params = FITTED[args.system]
+    params = model_for(plant_spec(args.system, PRESETS[args.system])).names[:-1]  # the fitted
     worst = {k: 0.0 for k in (*params, "motor_k")}
     delays_ok = fitted = 0
     worst_lag = 0.0

@@ -295,6 +295,7 @@ def _to_physical(to_phys, theta: np.ndarray, cov: np.ndarray, X: np.ndarray) -> 
 class PendulumModel:
     """The pendulum's regression and its simulator plant. The fitted
     vector: (m, l, b, fc, offset)."""
+    system = "pendulum"
     names = ("m", "l", "b", "fc", "offset")
     lows = np.array([1e-6, 1e-6, 0.0, 0.0, -np.inf])
     cutoff_hz = 8.0          # Butterworth cutoff of the derivative filter
@@ -363,6 +364,7 @@ class FurutaModel:
     """The Furuta pendulum's regression (module docstring) and its simulator
     plant. The fitted vector: (km, lr, jr, dr, lp, jp, dp, offset of the
     pendulum encoder); mp and rm are known (measured, or the preset's)."""
+    system = "furuta"
     names = ("km", "lr", "jr", "dr", "lp", "jp", "dp", "offset")
     lows = np.array([1e-6, 1e-6, 0.0, 0.0, 1e-6, 0.0, 0.0, -np.inf])
     cutoff_hz = 15.0         # the arm under its holding loop moves faster than the rod
@@ -456,7 +458,7 @@ class FurutaModel:
         return np.array([params[k] for k in self.names[:-1]] + [offset, motor_k])
 
 
-MODELS = {"pendulum": PendulumModel, "furuta": FurutaModel}
+MODELS = (PendulumModel, FurutaModel)  # per-plant regression code, found by .system
 
 
 # ---------------------------------------------------------------------- simulation error
@@ -618,10 +620,11 @@ def model_for(spec: PlantSpec, known: dict | None = None):
     """The regression model of ``spec``'s plant, with ``known`` parameters
     (measured: they replace the preset's); one-line ``UserError`` for a plant
     sysid cannot fit or a known value it fits itself."""
-    if spec.system not in MODELS:
-        raise UserError(f"sysid fits {' and '.join(MODELS)}; --system {spec.system!r} is not "
-                        "supported yet")
-    cls = MODELS[spec.system]
+    found = [m for m in MODELS if m.system == spec.system]
+    if not found:
+        raise UserError(f"sysid fits {' and '.join(m.system for m in MODELS)}; --system "
+                        f"{spec.system!r} is not supported yet")
+    cls = found[0]
     known = dict(known or {})
     for name, v in known.items():
         if name not in cls.known_names:
