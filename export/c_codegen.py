@@ -41,7 +41,10 @@ _UNARY = {
     "Cos": "cosf({x})", "Tan": "tanf({x})", "Atan": "atanf({x})", "Asin": "asinf({x})",
     "Acos": "acosf({x})", "Floor": "floorf({x})", "Ceil": "ceilf({x})",
     "Round": "nearbyintf({x})",  # ONNX rounds half to even, as nearbyintf does by default
-    "Reciprocal": "(1.0f / {x})", "Relu": "fmaxf({x}, 0.0f)",
+    "Reciprocal": "(1.0f / {x})",
+    # a compare, not fmaxf: the same value for every input (NaN gives 0 either way), and
+    # no call per element where fmaxf is a library function (AVR, Cortex-M4)
+    "Relu": "({x} > 0.0f ? {x} : 0.0f)",
     "Sigmoid": "(1.0f / (1.0f + expf(-{x})))",
     "Softplus": "({x} > 20.0f ? {x} : log1pf(expf({x})))",
     "Sign": "({x} > 0.0f ? 1.0f : ({x} < 0.0f ? -1.0f : 0.0f))",
@@ -173,21 +176,40 @@ class _Emitter:
     const_bytes: int = 0
     const_names: dict = field(default_factory=dict)
     rom: str = "ROM"  # prefix of the flash qualifier and read macros (<NAME>_ROM, _ROM_F, _ROM_U16)
+    pack: bool = False  # store large constant arrays packed (_packed): 3.5 B a float
+    block: int = 1  # outputs of a matrix product computed per pass over its input
+    packed: set = field(default_factory=set)  # C names of the arrays stored packed
 
     def const_at(self, name: str, arr: np.ndarray, idx: str) -> str:
         """C expression of element ``idx`` of constant ``name`` (a flash read on AVR)."""
-        return f"{self.rom}_F({self.const_array(name, arr)}, {idx})"
+        cname = self.const_array(name, arr)
+        if cname in self.packed:
+            return f"{self.rom}_PACKED({cname}, {idx})"
+        return f"{self.rom}_F({cname}, {idx})"
 
     def const_array(self, name: str, arr: np.ndarray) -> str:
-        """C name of a ``static const float`` array holding constant ``name``."""
+        """C name of a ``static const float`` array holding constant ``name``
+        (or, packed, of its three arrays ``<name>_low``, ``_top``, ``_tab``)."""
         if name not in self.const_names:
             cname = f"k{len(self.const_names)}"
             flat = np.asarray(arr, np.float32).reshape(-1)
-            self.const_bytes += 4 * flat.size
-            body = ", ".join(_float_literal(v) for v in flat)
             shape = "x".join(str(d) for d in np.shape(arr)) or "scalar"
-            self.consts.append(f"/* {name} ({shape}) */\nstatic const float {cname}[{flat.size}] {self.rom} = "
-                               f"{{{_wrap(body)}}};")
+            packed = _packed(flat) if self.pack else None
+            if packed is None:
+                self.const_bytes += 4 * flat.size
+                body = ", ".join(_float_literal(v) for v in flat)
+                self.consts.append(f"/* {name} ({shape}) */\nstatic const float {cname}[{flat.size}] "
+                                   f"{self.rom} = {{{_wrap(body)}}};")
+            else:
+                self.packed.add(cname)
+                defs = [f"/* {name} ({shape}), packed: each float's three low bytes, a 4-bit index "
+                        "per float into the table of its top bytes */"]
+                for part, data in zip(("low", "top", "tab"), packed):
+                    self.const_bytes += data.size
+                    body = ", ".join(str(int(v)) for v in data)
+                    defs.append(f"static const unsigned char {cname}_{part}[{data.size}] {self.rom} = "
+                                f"{{{_wrap(body)}}};")
+                self.consts.append("\n".join(defs))
             self.const_names[name] = cname
         return self.const_names[name]
 
@@ -200,6 +222,25 @@ class _Emitter:
         self.consts.append(f"/* element numbers for {what} */\nstatic const unsigned short "
                            f"{cname}[{indices.size}] {self.rom} = {{{_wrap(body)}}};")
         return cname
+
+
+def _packed(flat: np.ndarray):
+    """A float32 array stored losslessly in 3.5 bytes a value: the three low
+    bytes of each (mantissa and the exponent's lowest bit), and a 4-bit index
+    into a table of the distinct top bytes (sign and the exponent's high
+    seven bits), which trained weights spread over a few binades share. None
+    where that does not apply: more than 16 top bytes, an array too small for
+    the table to pay, or one too large for 16-bit flash offsets (AVR)."""
+    n = flat.size
+    bits = np.ascontiguousarray(flat, np.float32).view(np.uint32)
+    top = (bits >> 24).astype(np.uint8)
+    table, index = np.unique(top, return_inverse=True)
+    if len(table) > 16 or n < 256 or 3 * n >= 1 << 16:
+        return None
+    low = np.stack([(bits >> s) & 0xFF for s in (0, 8, 16)], axis=1).astype(np.uint8).reshape(-1)
+    index = np.append(index.astype(np.uint8), 0)[:n + n % 2]
+    nibbles = (index[0::2] | (index[1::2] << 4)).astype(np.uint8)
+    return low, nibbles, np.pad(table, (0, 16 - len(table))).astype(np.uint8)
 
 
 def _wrap(body: str, width: int = 96) -> str:
@@ -266,15 +307,23 @@ def check_c_name(name: str) -> str:
     return name
 
 
-def generate_c(model: onnx.ModelProto, name: str = "policy") -> CSource:
-    """C99 source and header computing ``model`` for one observation."""
+def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
+               block: int = 1) -> CSource:
+    """C99 source and header computing ``model`` for one observation.
+    ``pack``: large weight arrays stored losslessly in 3.5 bytes a float
+    (``_packed``) rather than 4, for a chip short of flash (the Uno); every
+    read then unpacks (a few table lookups), so it is off by default.
+    ``block``: a matrix product with a constant B computes this many outputs
+    per pass over its input, each in its own accumulator (the same sums in
+    the same order): fewer loads where registers are plenty (Cortex-M4F:
+    8), more spills where every float operation is a call (AVR: 1)."""
     check_c_name(name)
     in_name, out_name, nobs = _io_sizes(model)
     g = model.graph
     opsets = list(model.opset_import)
     consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     tensors: dict[str, _Tensor] = {in_name: _Tensor((1, nobs), np.float32, _OBS)}
-    em = _Emitter(opsets, rom=f"{name.upper()}_ROM")
+    em = _Emitter(opsets, rom=f"{name.upper()}_ROM", pack=pack, block=block)
     steps = []  # the nodes that compute at run time, in order
     for node in _toposort(g, set(consts) | {in_name}):
         if node.domain not in ("", "ai.onnx"):
@@ -500,10 +549,12 @@ def supported_ops() -> set[str]:
 
 
 def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> None:
-    """out (M, N) = alpha * op(A) op(B) + beta * C. Every output sums its
-    products in the order k = 0..K-1; the loops run k outside and j inside,
-    so a compiler can vectorise across outputs without reordering any sum.
-    A constant B is stored (K, N), row by row as the inner loop reads it."""
+    """out (M, N) = alpha * op(A) op(B) + beta * C, one dot product per
+    output: the sum runs over k = 0..K-1 in a local accumulator (a register,
+    not a store and a load per product), in the order ONNX defines, so the
+    result is the same bit for bit as summing into the output. A constant B
+    is stored (N, K), row j the K weights of output j, read in order (on AVR
+    a flash read that walks a pointer)."""
     a_name, b_name = node.input[0], node.input[1]
     shapes = [np.asarray(consts[x]).shape if x in consts else tensors[x].shape
               for x in (a_name, b_name)]
@@ -515,6 +566,7 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
     M, K = (ac, ar) if ta else (ar, ac)
     N = br if tb else bc
     m = "m" if M > 1 else "0"
+    j = "j" if N > 1 else "0"
 
     def elem(name, shape, row, col, trans):
         r, c = (col, row) if trans else (row, col)
@@ -525,18 +577,25 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
         return _at(tensors[name], index)
 
     a = elem(a_name, shapes[0], m, "k", ta)
+    # outputs per pass: B accumulators share each load of A (em.block)
+    blk = em.block if b_name in consts and em.block > 1 and N % em.block == 0 and N > 1 else 1
     if b_name in consts:
-        b_kn = np.asarray(consts[b_name], np.float32)
-        b_kn = b_kn.T if tb else b_kn
-        b = em.const_at(b_name + ' (K x N)', b_kn, 'k' if N == 1 else f'k * {N} + j')
+        b_nk = np.asarray(consts[b_name], np.float32)
+        b_nk = b_nk if tb else b_nk.T
+        if blk > 1:  # stored (N / B, K, B): the B weights of one k side by side
+            b_blk = b_nk.reshape(N // blk, blk, K).transpose(0, 2, 1)
+            b = [em.const_at(b_name + f' (N/{blk} x K x {blk})', b_blk, f'j * {K} + k * {blk} + {r}')
+                 for r in range(blk)]
+        else:
+            b = em.const_at(b_name + ' (N x K)', b_nk, 'k' if N == 1 else f'j * {K} + k')
     else:
-        b = elem(b_name, shapes[1], "k", "j", tb)
+        b = elem(b_name, shapes[1], "k", j, tb)
     row = f"m * {N} + " if M > 1 else ""
     dst = _at(out, f"{row}j" if N > 1 else (f"m * {N}" if M > 1 else "0"))
-    epilogue = dst
+    value = "acc"
     alpha = float(attrs.get("alpha", 1.0))
     if alpha != 1.0:
-        epilogue = f"{_float_literal(alpha)} * {epilogue}"
+        value = f"{_float_literal(alpha)} * acc"
     if len(node.input) > 2 and node.input[2]:
         beta = float(attrs.get("beta", 1.0))
         c_name = node.input[2]
@@ -554,15 +613,26 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
         else:
             c = (em.const_at(c_name, consts[c_name], c_idx) if c_name in consts
                  else _at(tensors[c_name], c_idx))
-        epilogue += f" + {c}" if beta == 1.0 else f" + {_float_literal(beta)} * {c}"
-    each_j = (lambda stmt: f"for (int j = 0; j < {N}; ++j) {stmt}") if N > 1 else (lambda s: s)
-    lines = [each_j(f"{dst} = 0.0f;"),
-             f"for (int k = 0; k < {K}; ++k) {{",
-             f"  const float a = {a};",
-             "  " + each_j(f"{dst} += a * {b};"),
-             "}"]
-    if epilogue != dst:
-        lines.append(each_j(f"{dst} = {epilogue};"))
+        value += f" + {c}" if beta == 1.0 else f" + {_float_literal(beta)} * {c}"
+    if blk > 1:
+        def at_j(text, r):  # output j + r
+            return re.sub(r"\bj\b", f"(j + {r})", text) if r else text
+        accs = [f"acc{r}" for r in range(blk)]
+        lines = [f"float {' = 0.0f, '.join(accs)} = 0.0f;",
+                 f"for (int k = 0; k < {K}; ++k) {{",
+                 f"  const float a = {a};"] + \
+                [f"  {acc} += a * {w};" for acc, w in zip(accs, b)] + ["}"] + \
+                [f"{at_j(dst, r)} = {at_j(value, r).replace('acc', acc, 1)};"
+                 for r, acc in enumerate(accs)]
+        lines = [f"for (int j = 0; j < {N}; j += {blk}) {{"] + ["  " + x for x in lines] + ["}"]
+    else:
+        lines = ["float acc = 0.0f;",
+                 f"for (int k = 0; k < {K}; ++k) acc += {a} * {b};",
+                 f"{dst} = {value};"]
+        if N > 1:
+            lines = [f"for (int j = 0; j < {N}; ++j) {{"] + ["  " + x for x in lines] + ["}"]
+        else:
+            lines = ["{"] + ["  " + x for x in lines] + ["}"]
     if M > 1:
         lines = [f"for (int m = 0; m < {M}; ++m) {{"] + ["  " + x for x in lines] + ["}"]
     em.lines.extend("  " + x for x in lines)
@@ -686,6 +756,26 @@ def _c_file(name, em: _Emitter, body, ram, out: _Tensor, nobs, size: SizeReport,
     rom = em.rom
     gaps = "".join(f"/* not in avr-libc */\n{_AVR_LIBM_GAPS[f]}\n#define {f} avr_{f}\n"
                    for f in size.libm if f in _AVR_LIBM_GAPS)
+    unpack = "" if not em.packed else f"""
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "packed weights (grpo-ctrl firmware's pack) assume a little-endian target"
+#endif
+/* element i of a packed float array (the generator's _packed): lossless;
+ * the bytes put together in memory order (8-bit AVR: no 32-bit shifts) */
+static float {name}_unpack(const unsigned char *low, const unsigned char *top,
+                           const unsigned char *tab, unsigned int i)
+{{
+  const unsigned char t = {rom}_U8(top, i >> 1);
+  const unsigned char *p = low + 3u * i;
+  union {{ unsigned char b[4]; float f; }} v;
+  v.b[0] = {rom}_U8(p, 0);
+  v.b[1] = {rom}_U8(p, 1);
+  v.b[2] = {rom}_U8(p, 2);
+  v.b[3] = {rom}_U8(tab, i & 1u ? t >> 4 : t & 15u);
+  return v.f;
+}}
+#define {rom}_PACKED(a, i) {name}_unpack(a##_low, a##_top, a##_tab, (unsigned int)(i))
+"""
     return f"""/* Generated by grpo-ctrl export from a verified ONNX graph; do not edit.
  * {size.summary()}
  */
@@ -699,12 +789,14 @@ def _c_file(name, em: _Emitter, body, ram, out: _Tensor, nobs, size: SizeReport,
 #define {rom} PROGMEM
 #define {rom}_F(a, i) pgm_read_float(&(a)[i])
 #define {rom}_U16(a, i) pgm_read_word(&(a)[i])
+#define {rom}_U8(a, i) pgm_read_byte(&(a)[i])
 {gaps}#else
 #define {rom}
 #define {rom}_F(a, i) ((a)[i])
 #define {rom}_U16(a, i) ((a)[i])
+#define {rom}_U8(a, i) ((a)[i])
 #endif
-
+{unpack}
 {consts}
 
 int {name}_step(const float *obs, float *action) {{

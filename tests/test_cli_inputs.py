@@ -46,6 +46,7 @@ ACCEPTED = {
     ("train", "--log-std-min"): ({"zero", "negative"}, "a log std"),
     ("train", "--overlap"): ({"zero"}, "0 is false"),
     ("train", "--w-du"): ({"zero"}, "0: no action-rate penalty"),
+    ("train", "--w-smooth"): ({"zero"}, "0: no smoothness term"),
     ("eval", "--out"): (ANY, "any text names a folder"),
     ("hil", "--reveal"): (ANY, "any text names a file"),
     ("hil", "--mystery"): ({"zero"}, "seed 0"),

@@ -460,16 +460,16 @@ void hil_get_stats(const hil_sim *h, hil_stats *s)
 {
   *s = h->stats;
   s->ticks = h->dev.ticks;
-  s->late_ticks = h->dev.late_ticks;
+  s->late_ticks = FW_COUNTER(&h->dev, COUNTER_LATE_TICKS);
   s->mode = h->dev.mode;
   s->fault = h->dev.fault;
   s->rx_frames = h->dev.rx.frames;
   s->rx_crc_errors = h->dev.rx.crc_errors;
   s->rx_bad_frames = h->dev.rx.bad_frames;
-  s->watchdog_trips = h->dev.watchdog_trips;
-  s->stale_ticks = h->dev.stale_ticks;
-  s->stale_commands = h->dev.stale_commands;
-  s->tx_dropped_states = h->dev.tx_dropped_states;
-  s->tx_dropped_replies = h->dev.tx_dropped_replies;
-  s->tx_frames = h->dev.tx_frames;
+  s->watchdog_trips = FW_COUNTER(&h->dev, COUNTER_WATCHDOG_TRIPS);
+  s->stale_ticks = FW_COUNTER(&h->dev, COUNTER_STALE_TICKS);
+  s->stale_commands = FW_COUNTER(&h->dev, COUNTER_STALE_COMMANDS);
+  s->tx_dropped_states = FW_COUNTER(&h->dev, COUNTER_TX_DROPPED_STATES);
+  s->tx_dropped_replies = FW_COUNTER(&h->dev, COUNTER_TX_DROPPED_REPLIES);
+  s->tx_frames = FW_COUNTER(&h->dev, COUNTER_TX_FRAMES);
 }
