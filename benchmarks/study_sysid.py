@@ -28,15 +28,27 @@ import math
 import sys
 import tempfile
 
+import numpy as np
+
 from grpo_ctrl.cli import main
 from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil
 from grpo_ctrl.plant import plant_spec
 from grpo_ctrl.plant_file import mystery_plant, read_plant_file
 from grpo_ctrl.sysid import model_for
 
-FITTED = {"pendulum": ("m", "l", "b", "fc"),
-          "furuta": ("km", "lr", "jr", "dr", "lp", "jp", "dp")}
 PRESETS = {"pendulum": "rig", "furuta": "qube-servo2"}  # the rigs
+
+
+def excursions(log: str, spec) -> tuple[float, float]:
+    """The largest |arm angle| (0 for the pendulum) and rod swing from
+    hanging (rad) that an excite log's sensors read."""
+    from grpo_ctrl.sysid import read_log
+
+    pos = read_log(log, spec).pos
+    pole = [k for k, _ in spec.channels].index(spec.pole_angle)
+    swing = np.abs(np.remainder(pos[:, pole], 2 * np.pi) - np.pi)
+    arm = np.abs(pos[:, 0]).max() if spec.system == "furuta" else 0.0
+    return float(arm), float(swing.max())
 
 
 def lag_steps(delay: int, motor_k: float) -> float:
@@ -70,13 +82,13 @@ def one(system: str, seed: int, duration: float, folder: str, noise: float,
             sys.stdout = stdout
     if rc:
         print(f"seed {seed} failed ({rc}): {quiet.getvalue().splitlines()[:1]}", file=sys.stderr)
-        return truth, None
-    return truth, read_plant_file(out, spec)
+        return truth, None, None
+    return truth, read_plant_file(out, spec), excursions(log, spec)
 
 
 def run(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--system", default="pendulum", choices=sorted(FITTED))
+    p.add_argument("--system", default="pendulum", choices=sorted(PRESETS))
     p.add_argument("--seeds", default="0-9")
     p.add_argument("--duration", type=float, default=20.0)
     p.add_argument("--sensor-noise", type=float, default=0.001,
@@ -87,10 +99,11 @@ def run(argv=None) -> int:
     p.add_argument("--keep", default=None, metavar="FOLDER",
                    help="keep the logs and fits here (for end-to-end runs)")
     args = p.parse_args(argv)
-    params = FITTED[args.system]
+    params = model_for(plant_spec(args.system, PRESETS[args.system])).names[:-1]  # the fitted
     worst = {k: 0.0 for k in (*params, "motor_k")}
     delays_ok = fitted = 0
     worst_lag = 0.0
+    reach = np.zeros(2)  # the largest arm angle and rod swing the excitations read
     print("| seed | " + " | ".join(f"{k} true / fitted (err)" for k in params) +
           " | motor_k true / fitted | delay true / fitted | delay + lag (steps) true / fitted "
           "| offset true / fitted (rad) |")
@@ -99,7 +112,7 @@ def run(argv=None) -> int:
         folder = args.keep or scratch
         all_seeds = seeds(args.seeds)
         for seed in all_seeds:
-            truth, fit = one(args.system, seed, args.duration, folder, args.sensor_noise,
+            truth, fit, moved = one(args.system, seed, args.duration, folder, args.sensor_noise,
                              args.known_error)
             if fit is None:
                 print(f"| {seed} | failed |")
@@ -109,6 +122,7 @@ def run(argv=None) -> int:
                 err = fit.params[k] / truth.params[k] - 1
                 worst[k] = max(worst[k], abs(err))
                 cells.append(f"{truth.params[k]:.4g} / {fit.params[k]:.4g} ({err:+.1%})")
+            reach = np.maximum(reach, moved)
             worst["motor_k"] = max(worst["motor_k"], abs(fit.motor_k / truth.motor_k - 1))
             delays_ok += fit.delay == truth.delay
             fitted += 1
@@ -120,6 +134,8 @@ def run(argv=None) -> int:
     print("\nworst |error|: " + ", ".join(f"{k} {v:.1%}" for k, v in worst.items()) +
           f"; delay exact on {delays_ok} of {fitted} fitted, delay + lag within {worst_lag:.2f} "
           f"steps; {len(all_seeds) - fitted} failed")
+    print(f"excite read at most {reach[0]:.2f} rad of arm angle and {reach[1]:.2f} rad of rod "
+          "swing from hanging")
     return 0
 
 

@@ -129,7 +129,8 @@ class Excitation:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", required=True,
                    help="serial device path or pyserial URL (as for `grpo-ctrl run`)")
-    p.add_argument("--system", default="pendulum", help="the plant on the port (checked)")
+    p.add_argument("--system", default="pendulum",
+                   help="the plant on the port, pendulum or furuta (checked)")
     p.add_argument("--preset", default=None,
                    help="its preset, checked against the device's (default: the device's)")
     p.add_argument("--duration", type=number(float, 5.0, 3600.0, unit=" (seconds; sysid needs "
@@ -139,7 +140,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", default=None, help="PNG plot (default: next to the log)")
     p.add_argument("--max-swing", type=number(float, above=0.0, high=math.pi / 2, unit=" (rad)"),
                    default=1.0, metavar="RAD",
-                   help="brake beyond this angle from hanging (default 1.0)")
+                   help="beyond this angle of the rod from hanging, brake (pendulum) or stop "
+                        "the multisine (furuta) (default 1.0)")
     p.add_argument("--seed", type=seed, default=0, help="phases of the multisine")
     p.add_argument("--baud", type=positive_int(100_000_000), default=1_000_000,
                    help="baud rate for a UART")

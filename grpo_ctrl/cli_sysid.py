@@ -46,7 +46,7 @@ def run(args) -> int:
     except ValueError as e:
         raise UserError(str(e)) from None
     known = dict(parse_param(text, "--known") for text in args.known)
-    model_for(spec, known)  # a bad --known is refused before the logs are read
+    model = model_for(spec, known)  # a bad --known is refused before the logs are read
     out = check_writable(args.out)
     plot = check_writable(args.plot or out.with_suffix(".png"))
     logs = [read_log(path, spec) for path in args.logs]
@@ -62,7 +62,8 @@ def run(args) -> int:
         print(f"{name:>10} {fit.nominal[name]:>10.4g} {fit.ls_params[name]:>10.4g} "
               f"{fit.params[name]:>10.4g} {fit.std[name]:>9.2g} {units[name]}{how}")
     print(f"{'delay':>10} {0:>10} {'':>10} {fit.delay:>10} steps  (least-squares residual by "
-          f"delay: {', '.join(f'{r:.3g}' for r in fit.ls_residuals_by_delay)} rad/s^2)")
+          f"delay: {', '.join(f'{r:.3g}' for r in fit.ls_residuals_by_delay)} "
+          f"{model.residual_unit})")
     print(f"{'offset':>10} {0:>10} {'':>10} {fit.offset:>10.4g} {fit.std['offset']:>9.2g} rad")
     print(f"{'motor_k':>10} {1:>10} {'':>10} {fit.motor_k:>10.4g} {'':>9}  (response per step, "
           "1: instant)")

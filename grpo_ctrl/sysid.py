@@ -101,7 +101,7 @@ class Fit:
     offset: float           # encoder offset of the pendulum angle (rad)
     nominal: dict           # the preset's parameters
     ls_params: dict         # the least-squares answer before refinement
-    ls_residual: float      # rms of the least-squares residual
+    ls_residual: float      # rms of the least-squares residual (model.residual_unit)
     ls_residuals_by_delay: list
     sim_error_ls: float     # rms angle error (rad) on held-out windows: least squares ...
     sim_error: float        # ... and the refined fit
@@ -295,11 +295,13 @@ def _to_physical(to_phys, theta: np.ndarray, cov: np.ndarray, X: np.ndarray) -> 
 class PendulumModel:
     """The pendulum's regression and its simulator plant. The fitted
     vector: (m, l, b, fc, offset)."""
+    system = "pendulum"
     names = ("m", "l", "b", "fc", "offset")
     lows = np.array([1e-6, 1e-6, 0.0, 0.0, -np.inf])
     cutoff_hz = 8.0          # Butterworth cutoff of the derivative filter
     fd_step = 1e-4           # relative finite-difference step of the refinement
     window_s = 1.0           # simulation-error windows
+    residual_unit = "rad/s^2"  # of the least-squares residual (the equation's)
     known_names = ("g",)
     positive = ("m", "l")    # a least-squares answer without these is no plant
 
@@ -363,10 +365,12 @@ class FurutaModel:
     """The Furuta pendulum's regression (module docstring) and its simulator
     plant. The fitted vector: (km, lr, jr, dr, lp, jp, dp, offset of the
     pendulum encoder); mp and rm are known (measured, or the preset's)."""
+    system = "furuta"
     names = ("km", "lr", "jr", "dr", "lp", "jp", "dp", "offset")
     lows = np.array([1e-6, 1e-6, 0.0, 0.0, 1e-6, 0.0, 0.0, -np.inf])
     cutoff_hz = 15.0         # the arm under its holding loop moves faster than the rod
     fd_step = 1e-3           # a larger step: dr and dp barely move the angles
+    residual_unit = "V"      # the arm's equation, in the command's unit
     window_s = 2.0           # long windows: the dampings act slowly (on simulated 40 s
                              # logs, 2 s windows halved the worst dr and dp errors of 1 s ones)
     known_names = ("g", "mp", "rm", "mr")
@@ -456,7 +460,7 @@ class FurutaModel:
         return np.array([params[k] for k in self.names[:-1]] + [offset, motor_k])
 
 
-MODELS = {"pendulum": PendulumModel, "furuta": FurutaModel}
+MODELS = (PendulumModel, FurutaModel)  # per-plant regression code, found by .system
 
 
 # ---------------------------------------------------------------------- simulation error
@@ -618,10 +622,11 @@ def model_for(spec: PlantSpec, known: dict | None = None):
     """The regression model of ``spec``'s plant, with ``known`` parameters
     (measured: they replace the preset's); one-line ``UserError`` for a plant
     sysid cannot fit or a known value it fits itself."""
-    if spec.system not in MODELS:
-        raise UserError(f"sysid fits {' and '.join(MODELS)}; --system {spec.system!r} is not "
-                        "supported yet")
-    cls = MODELS[spec.system]
+    found = [m for m in MODELS if m.system == spec.system]
+    if not found:
+        raise UserError(f"sysid fits {' and '.join(m.system for m in MODELS)}; --system "
+                        f"{spec.system!r} is not supported yet")
+    cls = found[0]
     known = dict(known or {})
     for name, v in known.items():
         if name not in cls.known_names:
@@ -658,8 +663,9 @@ def identify(logs: list[Log], spec: PlantSpec, max_delay: int = 4, refine_fit: b
         for j in range(i + 1, len(names)):
             if abs(ls["corr"][i, j]) > CORRELATION_WARN:
                 warnings.append(f"{names[i]} and {names[j]} are not separable by these data "
-                                f"(correlation {ls['corr'][i, j]:+.3f}): only a combination "
-                                "of them is identified")
+                                f"in least squares (correlation {ls['corr'][i, j]:+.3f}): only "
+                                "a combination of them is identified there; the refined fit's "
+                                "held-out error says whether the simulation separates them")
     if ls["cond"] > CONDITION_WARN:
         warnings.append(f"the regressor is ill-conditioned (condition number {ls['cond']:.3g}): "
                         "excite more (larger swings, faster command changes)")
