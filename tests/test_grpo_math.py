@@ -8,8 +8,9 @@ import torch
 
 from grpo_ctrl.grpo import (adapt_clip, aggregate_loss, choose_continuation, clip_fractions,
                             clipped_surrogate, discounted_returns, gaussian_kl, group_advantages,
-                            k3_kl, zero_spread_fraction)
-from grpo_ctrl.policy import RunningNorm, gaussian_log_prob, squashed_log_prob
+                            k3_kl, mean_command_smoothness, zero_spread_fraction)
+from grpo_ctrl.policy import (GaussianPolicy, RunningNorm, gaussian_log_prob,
+                             squashed_log_prob)
 
 torch.set_num_threads(1)
 
@@ -194,3 +195,30 @@ def test_running_norm_matches_numpy_over_all_batches():
     allx = np.concatenate(batches)
     np.testing.assert_allclose(norm.mean.numpy(), allx.mean(0), rtol=1e-5)
     np.testing.assert_allclose(norm.var.numpy(), allx.var(0), rtol=1e-4)
+
+
+def test_mean_command_smoothness_by_hand():
+    policy = GaussianPolicy(nobs=2, u_max=3.0)
+    policy.net = torch.nn.Sequential(torch.nn.Linear(2, 1)).double()
+    with torch.no_grad():  # a linear mean: mu = 0.5 x0 - 0.2 x1
+        policy.net[0].weight.copy_(torch.tensor([[0.5, -0.2]]))
+        policy.net[0].bias.zero_()
+    obs = torch.tensor([[[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [3.0, 0.0]]],
+                       dtype=torch.float64)  # one branch
+    mu = policy.mu(obs)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]], dtype=torch.float64)  # the last: out of the loss
+    a = np.tanh([0.0, 0.5, 0.3])
+    temporal = ((a[1] - a[0]) ** 2 + (a[2] - a[1]) ** 2) / 2
+    # sigma -> 0: the spatial term is sigma^2 |d tanh(mu)/dx|^2 per step
+    sigma = 1e-3
+    spatial = np.mean([(1 - t ** 2) ** 2 * (0.5 ** 2 + 0.2 ** 2) for t in a]) * sigma ** 2
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        samples = [float(mean_command_smoothness(policy, obs, mu, mask, sigma, gen))
+                   for _ in range(2000)]
+    assert np.mean(samples) - temporal == pytest.approx(spatial, rel=0.05)
+    # a constant command along a branch, and a policy that ignores its input, score 0
+    with torch.no_grad():
+        policy.net[0].weight.zero_()
+        flat = policy.mu(obs)
+        assert float(mean_command_smoothness(policy, obs, flat, mask, 0.5, gen)) == 0.0

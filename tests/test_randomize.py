@@ -222,3 +222,38 @@ def test_set_plant_refuses_bad_values_and_writes_nothing(values, message):
     with pytest.raises(ValueError, match=message):
         sim.set_plant({"l": 0.5, **values})
     np.testing.assert_array_equal(sim.plant()["l"], before["l"])
+
+
+def test_training_groups_face_one_plant_each_and_restarts_draw_new_ones():
+    """The trainer's path: every branch of a group rolls out on its start
+    trajectory's plant; a trajectory continued from a branch keeps it; one
+    restarted from a reset draws a new one, the same from the same seed."""
+    import torch
+    from grpo_ctrl.grpo import GroupRollout
+    from grpo_ctrl.grpo_config import GRPOConfig
+    from grpo_ctrl.policy import GaussianPolicy
+
+    cfg = GRPOConfig(num_starts=6, group_size=4, horizon=6, loss_steps=3, action_repeat=2,
+                     reset_prob=0.5, overlap=False)
+
+    def collect(seed):
+        rollout = GroupRollout(cfg, "pendulum", "rig", seed=seed, randomize=WIDE)
+        before = rollout.pool.plant()
+        pool_t = rollout.pool.get_state()["t"].copy()
+        policy = GaussianPolicy(rollout.spec.nobs, rollout.spec.u_max)
+        rollout.collect(policy, torch.Generator().manual_seed(seed))
+        return rollout, before, pool_t
+
+    rollout, before, _ = collect(11)
+    group = rollout.group.plant()
+    for name, values in group.items():  # branch i*G..i*G+G-1 carry trajectory i's plant
+        np.testing.assert_array_equal(values.reshape(6, 4), np.repeat(before[name][:, None], 4, 1),
+                                      err_msg=name)
+    after, t = rollout.pool.plant(), rollout.pool.get_state()["t"]
+    restarted = t == 0  # a reset puts the step counter back to 0; continuing ones are at 3 x 2
+    assert restarted.any() and (~restarted).any()
+    np.testing.assert_array_equal(after["m"][~restarted], before["m"][~restarted])
+    assert np.all(after["m"][restarted] != before["m"][restarted])
+    again, _, _ = collect(11)
+    for name, values in after.items():
+        np.testing.assert_array_equal(again.pool.plant()[name], values, err_msg=name)
