@@ -19,7 +19,7 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cache")
+    cache = tmp_path_factory.mktemp("cache") / "made-on-first-use"
     mp = pytest.MonkeyPatch()
     mp.setenv("GRPO_CTRL_CACHE", str(cache))
     yield load_or_compute("pendulum", "gym")

@@ -191,6 +191,7 @@ def load_or_compute(system: str = "pendulum", preset: str = "gym",
     buf = io.BytesIO()
     np.savez(buf, values=table.values, v_max=table.v_max)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # atomic_write wants the folder there
         atomic_write(path, buf.getvalue())
     except (OSError, UserError):
         pass  # an unwritable cache only costs the next call the computation
