@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import re
+from collections import Counter
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,10 @@ _UNARY = {
     "Cos": "cosf({x})", "Tan": "tanf({x})", "Atan": "atanf({x})", "Asin": "asinf({x})",
     "Acos": "acosf({x})", "Floor": "floorf({x})", "Ceil": "ceilf({x})",
     "Round": "nearbyintf({x})",  # ONNX rounds half to even, as nearbyintf does by default
-    "Reciprocal": "(1.0f / {x})", "Relu": "fmaxf({x}, 0.0f)",
+    "Reciprocal": "(1.0f / {x})",
+    # a compare, not fmaxf: the same value for every input (NaN gives 0 either way), and
+    # no call per element where fmaxf is a library function (AVR, Cortex-M4)
+    "Relu": "({x} > 0.0f ? {x} : 0.0f)",
     "Sigmoid": "(1.0f / (1.0f + expf(-{x})))",
     "Softplus": "({x} > 20.0f ? {x} : log1pf(expf({x})))",
     "Sign": "({x} > 0.0f ? 1.0f : ({x} < 0.0f ? -1.0f : 0.0f))",
@@ -173,21 +177,42 @@ class _Emitter:
     const_bytes: int = 0
     const_names: dict = field(default_factory=dict)
     rom: str = "ROM"  # prefix of the flash qualifier and read macros (<NAME>_ROM, _ROM_F, _ROM_U16)
+    pack: bool = False  # store large constant arrays packed (_packed): 3.5 B a float
+    block: int = 1  # outputs of a matrix product computed per pass over its input
+    packed: set = field(default_factory=set)  # C names of the arrays stored packed
+    loads: set = field(default_factory=set)  # n of the <ROM>_LOAD<n> macros the C uses
+    then: dict = field(default_factory=dict)  # product's output -> the unary op it stores through
 
     def const_at(self, name: str, arr: np.ndarray, idx: str) -> str:
         """C expression of element ``idx`` of constant ``name`` (a flash read on AVR)."""
-        return f"{self.rom}_F({self.const_array(name, arr)}, {idx})"
+        cname = self.const_array(name, arr)
+        if cname in self.packed:
+            return f"{self.rom}_PACKED({cname}, {idx})"
+        return f"{self.rom}_F({cname}, {idx})"
 
     def const_array(self, name: str, arr: np.ndarray) -> str:
-        """C name of a ``static const float`` array holding constant ``name``."""
+        """C name of a ``static const float`` array holding constant ``name``
+        (or, packed, of its three arrays ``<name>_low``, ``_top``, ``_tab``)."""
         if name not in self.const_names:
             cname = f"k{len(self.const_names)}"
             flat = np.asarray(arr, np.float32).reshape(-1)
-            self.const_bytes += 4 * flat.size
-            body = ", ".join(_float_literal(v) for v in flat)
             shape = "x".join(str(d) for d in np.shape(arr)) or "scalar"
-            self.consts.append(f"/* {name} ({shape}) */\nstatic const float {cname}[{flat.size}] {self.rom} = "
-                               f"{{{_wrap(body)}}};")
+            packed = _packed(flat) if self.pack else None
+            if packed is None:
+                self.const_bytes += 4 * flat.size
+                body = ", ".join(_float_literal(v) for v in flat)
+                self.consts.append(f"/* {name} ({shape}) */\nstatic const float {cname}[{flat.size}] "
+                                   f"{self.rom} = {{{_wrap(body)}}};")
+            else:
+                self.packed.add(cname)
+                defs = [f"/* {name} ({shape}), packed: each float's three low bytes, a 4-bit index "
+                        "per float into the table of its top bytes */"]
+                for part, data in zip(("low", "top", "tab"), packed):
+                    self.const_bytes += data.size
+                    body = ", ".join(str(int(v)) for v in data)
+                    defs.append(f"static const unsigned char {cname}_{part}[{data.size}] {self.rom} = "
+                                f"{{{_wrap(body)}}};")
+                self.consts.append("\n".join(defs))
             self.const_names[name] = cname
         return self.const_names[name]
 
@@ -200,6 +225,25 @@ class _Emitter:
         self.consts.append(f"/* element numbers for {what} */\nstatic const unsigned short "
                            f"{cname}[{indices.size}] {self.rom} = {{{_wrap(body)}}};")
         return cname
+
+
+def _packed(flat: np.ndarray):
+    """A float32 array stored losslessly in 3.5 bytes a value: the three low
+    bytes of each (mantissa and the exponent's lowest bit), and a 4-bit index
+    into a table of the distinct top bytes (sign and the exponent's high
+    seven bits), which trained weights spread over a few binades share. None
+    where that does not apply: more than 16 top bytes, an array too small for
+    the table to pay, or one too large for 16-bit flash offsets (AVR)."""
+    n = flat.size
+    bits = np.ascontiguousarray(flat, np.float32).view(np.uint32)
+    top = (bits >> 24).astype(np.uint8)
+    table, index = np.unique(top, return_inverse=True)
+    if len(table) > 16 or n < 256 or 3 * n >= 1 << 16:
+        return None
+    low = np.stack([(bits >> s) & 0xFF for s in (0, 8, 16)], axis=1).astype(np.uint8).reshape(-1)
+    index = np.append(index.astype(np.uint8), 0)[:n + n % 2]
+    nibbles = (index[0::2] | (index[1::2] << 4)).astype(np.uint8)
+    return low, nibbles, np.pad(table, (0, 16 - len(table))).astype(np.uint8)
 
 
 def _wrap(body: str, width: int = 96) -> str:
@@ -266,16 +310,27 @@ def check_c_name(name: str) -> str:
     return name
 
 
-def generate_c(model: onnx.ModelProto, name: str = "policy") -> CSource:
-    """C99 source and header computing ``model`` for one observation."""
+def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
+               block: int = 1) -> CSource:
+    """C99 source and header computing ``model`` for one observation.
+    ``pack``: large weight arrays stored losslessly in 3.5 bytes a float
+    (``_packed``) rather than 4, for a chip short of flash (the Uno); every
+    read then unpacks (a few table lookups), so it is off by default.
+    ``block``: a matrix product with a constant B computes this many outputs
+    per pass over its input, each in its own accumulator (the same sums in
+    the same order): fewer loads where registers are plenty (Cortex-M4F:
+    16), more spills where every float operation is a call (AVR: 1). Its
+    weights are then read in storage order through a pointer, eight a load
+    (``_load_macros``: one VLDM on an Arm FPU, plain reads elsewhere)."""
     check_c_name(name)
     in_name, out_name, nobs = _io_sizes(model)
     g = model.graph
     opsets = list(model.opset_import)
     consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     tensors: dict[str, _Tensor] = {in_name: _Tensor((1, nobs), np.float32, _OBS)}
-    em = _Emitter(opsets, rom=f"{name.upper()}_ROM")
+    em = _Emitter(opsets, rom=f"{name.upper()}_ROM", pack=pack, block=block)
     steps = []  # the nodes that compute at run time, in order
+    uses = Counter(i for n in g.node for i in n.input if i)
     for node in _toposort(g, set(consts) | {in_name}):
         if node.domain not in ("", "ai.onnx"):
             raise UserError(f"op {node.domain}::{node.op_type} is not in the standard ONNX domain; "
@@ -316,6 +371,14 @@ def generate_c(model: onnx.ModelProto, name: str = "policy") -> CSource:
                 tensors[o] = _Tensor(tuple(v.shape), v.dtype.type, o)
         if node.op_type in _ALIASES:
             tensors[node.output[0]].root = tensors[node.input[0]].root
+        if (node.op_type == "Relu" and steps and steps[-1].op_type in ("Gemm", "MatMul") and
+                steps[-1].output[0] == node.input[0] and uses[node.input[0]] == 1 and
+                node.input[0] != out_name):
+            # the product applies it as it stores each output, in place: no pass
+            # that loads and stores every element again (128 per step of an MLP)
+            em.then[node.input[0]] = node.op_type
+            tensors[node.output[0]].root = tensors[node.input[0]].root
+            continue
         steps.append(node)
     if out_name in consts:
         raise UserError("the graph's output does not depend on the observation; that is not a "
@@ -500,10 +563,12 @@ def supported_ops() -> set[str]:
 
 
 def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> None:
-    """out (M, N) = alpha * op(A) op(B) + beta * C. Every output sums its
-    products in the order k = 0..K-1; the loops run k outside and j inside,
-    so a compiler can vectorise across outputs without reordering any sum.
-    A constant B is stored (K, N), row by row as the inner loop reads it."""
+    """out (M, N) = alpha * op(A) op(B) + beta * C, one dot product per
+    output: the sum runs over k = 0..K-1 in a local accumulator (a register,
+    not a store and a load per product), in the order ONNX defines, so the
+    result is the same bit for bit as summing into the output. A constant B
+    is stored (N, K), row j the K weights of output j, read in order (on AVR
+    a flash read that walks a pointer)."""
     a_name, b_name = node.input[0], node.input[1]
     shapes = [np.asarray(consts[x]).shape if x in consts else tensors[x].shape
               for x in (a_name, b_name)]
@@ -515,6 +580,7 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
     M, K = (ac, ar) if ta else (ar, ac)
     N = br if tb else bc
     m = "m" if M > 1 else "0"
+    j = "j" if N > 1 else "0"
 
     def elem(name, shape, row, col, trans):
         r, c = (col, row) if trans else (row, col)
@@ -525,18 +591,37 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
         return _at(tensors[name], index)
 
     a = elem(a_name, shapes[0], m, "k", ta)
+    # outputs per pass: B accumulators share each load of A (em.block)
+    blk = em.block if b_name in consts and em.block > 1 and N % em.block == 0 and N > 1 else 1
+    walk = None  # C name of a blocked B read in storage order through a pointer
     if b_name in consts:
-        b_kn = np.asarray(consts[b_name], np.float32)
-        b_kn = b_kn.T if tb else b_kn
-        b = em.const_at(b_name + ' (K x N)', b_kn, 'k' if N == 1 else f'k * {N} + j')
+        b_nk = np.asarray(consts[b_name], np.float32)
+        b_nk = b_nk if tb else b_nk.T
+        if blk > 1:  # stored (N / B, K, B): the B weights of one k side by side
+            b_blk = b_nk.reshape(N // blk, blk, K).transpose(0, 2, 1)
+            key = b_name + f' (N/{blk} x K x {blk})'
+            b = [em.const_at(key, b_blk, f'j * {K} + k * {blk} + {r}') for r in range(blk)]
+            if em.const_names[key] not in em.packed:
+                walk = em.const_names[key]
+        else:
+            b = em.const_at(b_name + ' (N x K)', b_nk, 'k' if N == 1 else f'j * {K} + k')
     else:
-        b = elem(b_name, shapes[1], "k", "j", tb)
+        b = elem(b_name, shapes[1], "k", j, tb)
     row = f"m * {N} + " if M > 1 else ""
     dst = _at(out, f"{row}j" if N > 1 else (f"m * {N}" if M > 1 else "0"))
-    epilogue = dst
+    value = "acc"
+    then = em.then.get(node.output[0])
+
+    def store(d, v, acc):  # d = v, through the Relu that follows where generate_c fused it
+        if not then:
+            return f"{d} = {v};"
+        return (f"{acc} = {v}; " if v != acc else "") + f"{d} = {_UNARY[then].format(x=acc)};"
+
+    if then:
+        em.lines.append(f"  /* and the {then} that follows, as each output is stored */")
     alpha = float(attrs.get("alpha", 1.0))
     if alpha != 1.0:
-        epilogue = f"{_float_literal(alpha)} * {epilogue}"
+        value = f"{_float_literal(alpha)} * acc"
     if len(node.input) > 2 and node.input[2]:
         beta = float(attrs.get("beta", 1.0))
         c_name = node.input[2]
@@ -554,15 +639,39 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
         else:
             c = (em.const_at(c_name, consts[c_name], c_idx) if c_name in consts
                  else _at(tensors[c_name], c_idx))
-        epilogue += f" + {c}" if beta == 1.0 else f" + {_float_literal(beta)} * {c}"
-    each_j = (lambda stmt: f"for (int j = 0; j < {N}; ++j) {stmt}") if N > 1 else (lambda s: s)
-    lines = [each_j(f"{dst} = 0.0f;"),
-             f"for (int k = 0; k < {K}; ++k) {{",
-             f"  const float a = {a};",
-             "  " + each_j(f"{dst} += a * {b};"),
-             "}"]
-    if epilogue != dst:
-        lines.append(each_j(f"{dst} = {epilogue};"))
+        value += f" + {c}" if beta == 1.0 else f" + {_float_literal(beta)} * {c}"
+    if blk > 1:
+        def at_j(text, r):  # output j + r
+            return re.sub(r"\bj\b", f"(j + {r})", text) if r else text
+        accs = [f"acc{r}" for r in range(blk)]
+        if walk:  # the weights in storage order, up to 8 a load (<ROM>_LOAD<n>, _c_file)
+            body = [f"  float {', '.join(f'w{r}' for r in range(blk))};"]
+            for r0 in range(0, blk, 8):
+                n = min(8, blk - r0)
+                em.loads.add(n)
+                ws = [f"w{r}" for r in range(r0, r0 + n)]
+                body += [f"  {em.rom}_LOAD{n}(wp, {', '.join(ws)});"] + \
+                        [f"  acc{r} += a * w{r};" for r in range(r0, r0 + n)]
+        else:
+            body = [f"  {acc} += a * {w};" for acc, w in zip(accs, b)]
+        lines = [f"float {' = 0.0f, '.join(accs)} = 0.0f;",
+                 f"for (int k = 0; k < {K}; ++k) {{",
+                 f"  const float a = {a};"] + body + ["}"] + \
+                [store(at_j(dst, r), at_j(value, r).replace('acc', acc, 1), acc)
+                 for r, acc in enumerate(accs)]
+        lines = [f"for (int j = 0; j < {N}; j += {blk}) {{"] + ["  " + x for x in lines] + ["}"]
+        if walk:
+            lines = [f"const float *wp = {walk};"] + lines
+            if M == 1:
+                lines = ["{"] + ["  " + x for x in lines] + ["}"]
+    else:
+        lines = ["float acc = 0.0f;",
+                 f"for (int k = 0; k < {K}; ++k) acc += {a} * {b};",
+                 store(dst, value, "acc")]
+        if N > 1:
+            lines = [f"for (int j = 0; j < {N}; ++j) {{"] + ["  " + x for x in lines] + ["}"]
+        else:
+            lines = ["{"] + ["  " + x for x in lines] + ["}"]
     if M > 1:
         lines = [f"for (int m = 0; m < {M}; ++m) {{"] + ["  " + x for x in lines] + ["}"]
     em.lines.extend("  " + x for x in lines)
@@ -686,6 +795,27 @@ def _c_file(name, em: _Emitter, body, ram, out: _Tensor, nobs, size: SizeReport,
     rom = em.rom
     gaps = "".join(f"/* not in avr-libc */\n{_AVR_LIBM_GAPS[f]}\n#define {f} avr_{f}\n"
                    for f in size.libm if f in _AVR_LIBM_GAPS)
+    unpack = "" if not em.packed else f"""
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "packed weights (grpo-ctrl firmware's pack) assume a little-endian target"
+#endif
+/* element i of a packed float array (the generator's _packed): lossless;
+ * the bytes put together in memory order (8-bit AVR: no 32-bit shifts) */
+static float {name}_unpack(const unsigned char *low, const unsigned char *top,
+                           const unsigned char *tab, unsigned int i)
+{{
+  const unsigned char t = {rom}_U8(top, i >> 1);
+  const unsigned char *p = low + 3u * i;
+  union {{ unsigned char b[4]; float f; }} v;
+  v.b[0] = {rom}_U8(p, 0);
+  v.b[1] = {rom}_U8(p, 1);
+  v.b[2] = {rom}_U8(p, 2);
+  v.b[3] = {rom}_U8(tab, i & 1u ? t >> 4 : t & 15u);
+  return v.f;
+}}
+#define {rom}_PACKED(a, i) {name}_unpack(a##_low, a##_top, a##_tab, (unsigned int)(i))
+"""
+    loads = "".join(_load_macros(rom, n) for n in sorted(em.loads))
     return f"""/* Generated by grpo-ctrl export from a verified ONNX graph; do not edit.
  * {size.summary()}
  */
@@ -699,12 +829,14 @@ def _c_file(name, em: _Emitter, body, ram, out: _Tensor, nobs, size: SizeReport,
 #define {rom} PROGMEM
 #define {rom}_F(a, i) pgm_read_float(&(a)[i])
 #define {rom}_U16(a, i) pgm_read_word(&(a)[i])
+#define {rom}_U8(a, i) pgm_read_byte(&(a)[i])
 {gaps}#else
 #define {rom}
 #define {rom}_F(a, i) ((a)[i])
 #define {rom}_U16(a, i) ((a)[i])
+#define {rom}_U8(a, i) ((a)[i])
 #endif
-
+{loads}{unpack}
 {consts}
 
 int {name}_step(const float *obs, float *action) {{
@@ -718,6 +850,32 @@ int {name}_step(const float *obs, float *action) {{
   action[0] = {_at(out, "0")};
   return 0;
 }}
+"""
+
+
+def _load_macros(rom: str, n: int) -> str:
+    """``<ROM>_LOAD<n>(p, w0, ...)``: the next n floats of constant memory at
+    p into w0..w<n-1>, p advanced past them. Where the FPU is an Arm VFP
+    (Cortex-M4F) one VLDM; GCC does not merge float loads into one (it emits
+    a VLDR each), and in the matrix products' inner loop those loads were a
+    third of the instructions. Elsewhere (AVR, the host) plain reads."""
+    ws = [f"w{r}" for r in range(n)]
+    regs = [f"s{r}" for r in range(n)]
+    bound = ", ".join(f"{w}_ __asm__(\"{r}\")" for w, r in zip(ws, regs))
+    outs = ", ".join(f"\"=t\"({w}_)" for w in ws)
+    span = f"{regs[0]}-{regs[-1]}" if n > 1 else regs[0]
+    return f"""#if defined(__GNUC__) && defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 4)
+#define {rom}_LOAD{n}(p, {', '.join(ws)}) do {{ \\
+    register float {bound}; \\
+    __asm__("vldmia %0!, {{{span}}}" : "+r"(p), {outs} : "m"(*(const float (*)[{n}])(p))); \\
+    {' '.join(f'{w} = {w}_;' for w in ws)} \\
+  }} while (0)
+#else
+#define {rom}_LOAD{n}(p, {', '.join(ws)}) do {{ \\
+    {' '.join(f'{w} = {rom}_F(p, {r});' for r, w in enumerate(ws))} \\
+    (p) += {n}; \\
+  }} while (0)
+#endif
 """
 
 

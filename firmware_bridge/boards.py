@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import math
 import re
 import shutil
@@ -54,6 +55,8 @@ class Board:
     clock_hz: int
     target_flags: tuple     # machine flags, for every file
     stack_reserve: int      # RAM left free for the stack besides a policy's scratch
+    pack_weights: bool = False  # large weight arrays packed losslessly (c_codegen._packed)
+    block: int = 1          # outputs per pass of the controller's matrix products (c_codegen)
 
     def missing(self) -> str | None:
         """None when the toolchain is installed, else a message naming the packages."""
@@ -76,17 +79,19 @@ BOARDS = {
         ram=2048, clock_hz=16_000_000,
         target_flags=("-mmcu=atmega328p", "-DF_CPU=16000000L", "-DARDUINO=10807",
                       "-DARDUINO_AVR_UNO", "-DARDUINO_ARCH_AVR"),
-        stack_reserve=256),
+        stack_reserve=256, pack_weights=True),  # 3.5 B a weight: the default policy fits
     "mps2-an386": Board(
         "mps2-an386", "Arm MPS2 AN386: Cortex-M4F, 25 MHz (QEMU -M mps2-an386)",
         "arm-none-eabi-gcc", "arm-none-eabi-size", "gcc-arm-none-eabi libnewlib-arm-none-eabi",
         flash=4 << 20, ram=4 << 20, clock_hz=25_000_000,
         target_flags=("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"),
-        stack_reserve=4096),
+        stack_reserve=4096, block=16),
 }
 # optimisation as each platform's tools set it (the Arduino AVR platform links with LTO)
 _OPT = {"uno": ("-Os", "-ffunction-sections", "-fdata-sections", "-flto", "-fno-fat-lto-objects"),
-        "mps2-an386": ("-Os", "-ffunction-sections", "-fdata-sections")}
+        # -O2 -funroll-loops: the policy's dot products unrolled (its inner loop
+        # 5 instructions a multiply-add rather than 7 at -Os; flash is plenty)
+        "mps2-an386": ("-O2", "-funroll-loops", "-ffunction-sections", "-fdata-sections")}
 # target_check's AVR: the ATmega1284P has the 328P's core and instruction timings
 # and 128 KB of flash, so that the core, any controller and the check's data fit
 CHECK_AVR = dataclasses.replace(
@@ -247,13 +252,26 @@ def build_image(b: Board, project: Path, build: Path, defines=(), name: str = "f
 
 
 # ---------------------------------------------------------------- fitting
-def largest_mlp(nobs: int, weight_bytes: int) -> int:
+def controller_c(b: Board, model):
+    """The generated C of ``model`` (ONNX) as board ``b`` links it: on the
+    Uno the hidden-to-hidden weights packed (3.5 B a float, lossless); on the
+    Cortex-M4F sixteen outputs per pass: sixteen accumulators, eight weights
+    a VLDM and the input fill its 32 FPU registers without a spill."""
+    from grpo_ctrl.export.c_codegen import generate_c
+
+    return generate_c(model, "policy", pack=b.pack_weights, block=b.block)
+
+
+def largest_mlp(nobs: int, weight_bytes: int, packed: bool = False) -> int:
     """Widest hidden layer H of an nobs-H-H-1 float network (with input
-    normalisation) whose constants take at most ``weight_bytes``."""
+    normalisation) whose constants take at most ``weight_bytes`` (``packed``:
+    the H x H weights at 3.5 B each, plus their 16-byte table)."""
     if weight_bytes <= 0:
         return 0
-    # 4 (nobs H + H + H^2 + H + H + 2 nobs) <= bytes (the output bias is a literal in the code)
-    a, b_, c = 1.0, nobs + 3.0, 2 * nobs - weight_bytes / 4
+    # 4 (nobs H + H + H + H + 2 nobs) + w H^2 <= bytes, w = 4 or 3.5 (+ 16 packed);
+    # the output bias is a literal in the code
+    w = 3.5 if packed else 4.0
+    a, b_, c = w / 4, nobs + 3.0, 2 * nobs - (weight_bytes - (16 if packed else 0)) / 4
     h = int((-b_ + math.sqrt(b_ * b_ - 4 * a * c)) / (2 * a)) if b_ * b_ - 4 * a * c >= 0 else 0
     return max(h, 0)
 
@@ -266,13 +284,28 @@ class Fit:
     scratch: int            # the controller's stack scratch
 
 
+_BARE_SIZES: dict = {}  # (board, digest of the project's files) -> Sizes
+
+
+def _bare_size(b: Board, tmp: Path) -> Sizes:
+    """The image without a controller, built once per board and per content
+    of its sources (a process that measures several controllers builds it once)."""
+    digest = hashlib.sha256()
+    for name, src in sorted(project_files(b).items()):
+        digest.update(name.encode() + b"\0" + src.read_bytes())
+    key = (b, digest.hexdigest())
+    if key not in _BARE_SIZES:
+        _BARE_SIZES[key] = size_of(b, build_image(b, stage(b, tmp / "bare"), tmp / "build",
+                                                  unbounded=True))
+    return _BARE_SIZES[key]
+
+
 def measure(b: Board, policy_src=None) -> Fit:
     """Build the board's image in a temporary folder, without and with the
     controller (which the back-end links in as the on-device controller
     where the project has a policy.h), and measure both."""
     with tempfile.TemporaryDirectory(prefix="grpo_ctrl_fw_") as tmp:
-        firmware = total = size_of(b, build_image(b, stage(b, Path(tmp) / "bare"),
-                                                  Path(tmp) / "build", unbounded=True))
+        firmware = total = _bare_size(b, Path(tmp))
         if policy_src is not None:
             project = stage(b, Path(tmp) / "with_controller", policy_src)
             total = size_of(b, build_image(b, project, Path(tmp) / "build_c", unbounded=True))
@@ -286,7 +319,7 @@ def check_fit(b: Board, fit: Fit, nobs: int) -> None:
     if fit.total.flash <= b.flash and ram_need <= b.ram:
         return
     room = b.flash - (fit.total.flash - fit.const_bytes)
-    h = largest_mlp(nobs, room)
+    h = largest_mlp(nobs, room, b.pack_weights)
     raise UserError(
         f"the controller does not fit the {b.name}: flash {fit.total.flash} B with the controller "
         f"linked in ({fit.firmware.flash} B without it; {fit.const_bytes} B of weights) of "
@@ -399,12 +432,11 @@ def run(args: argparse.Namespace) -> int:
     if args.policy:
         import onnx
 
-        from grpo_ctrl.export.c_codegen import generate_c
         from grpo_ctrl.export.session import PolicySession
 
         # both back-ends are the pendulum with the rig preset's rate and limit
         nobs = PolicySession(args.policy, system="pendulum", preset="rig").nobs
-        policy_src = generate_c(onnx.load(args.policy), "policy")
+        policy_src = controller_c(b, onnx.load(args.policy))
     missing = b.missing()
     fit = None
     if missing is None:

@@ -1,13 +1,19 @@
 """``grpo-ctrl excite``: a safe identification experiment on the rig.
 
-A multisine torque (15 tones, 0.2-4 Hz, random phases: every frequency the
-pendulum's dynamics live in, at a low crest factor) around the hanging
-position: the first half at a third of the actuator limit, the second at
-two thirds (small swings), faded in and out. A guard overrides it: beyond
-``--max-swing`` from hanging, or half the device's velocity limit (from its
-INFO), the command brakes. The run goes through ``run_loop`` like
-``grpo-ctrl run``: same link, loop, telemetry, and the same safe stop (zero
-command, DISARM) on every exit path. The log feeds ``grpo-ctrl sysid``.
+A multisine command (15 tones, 0.2-4 Hz, random phases: every frequency the
+pendulum's dynamics live in, at a low crest factor), the first half at a
+third of the actuator limit, the second at two thirds (small swings), faded
+in and out. For the pendulum it is the torque, around the hanging position.
+For the Furuta pendulum it is added to a loop that holds the arm at its start
+(a PD controller tuned on the preset to 2 Hz, damping 0.7; the arm is an
+integrator of the voltage and would run into its stops), so the arm swings
+a fraction of a radian and shakes the rod. Guards override it per tick:
+beyond ``--max-swing`` from hanging, or half the device's velocity limit (from
+its INFO), the pendulum's command brakes and the Furuta's excitation stops;
+the Furuta's arm beyond 60 % of the device's position limit is never pushed
+further. The run goes through ``run_loop`` like ``grpo-ctrl run``: same link,
+loop, telemetry, and the same safe stop (zero command, DISARM) on every exit
+path. The log feeds ``grpo-ctrl sysid``.
 """
 from __future__ import annotations
 
@@ -39,32 +45,79 @@ def multisine(duration: float, dt: float, seed: int) -> np.ndarray:
     return u * profile * fade
 
 
+ARM_HOLD_HZ, ARM_HOLD_DAMPING = 2.0, 0.7   # the Furuta arm's holding loop
+ARM_GUARD = 0.6                             # of the device's arm position limit
+
+
+def arm_hold_gains(spec) -> tuple[float, float]:
+    """PD gains (V/rad, V s/rad) that hold a Furuta arm at ARM_HOLD_HZ with
+    ARM_HOLD_DAMPING on the preset's plant: its arm inertia with the rod's
+    mass at the tip, A = jr + mp lr^2, voltage gain km / rm and back-EMF
+    damping km^2 / rm + dr (csrc/plants.c)."""
+    from grpo_ctrl.plant_file import nominal_params
+
+    p = nominal_params(spec)
+    inertia = p["jr"] + p["mp"] * p["lr"] ** 2
+    gain, damping = p["km"] / p["rm"], p["km"] ** 2 / p["rm"] + p["dr"]
+    w = 2 * math.pi * ARM_HOLD_HZ
+    return inertia * w * w / gain, max(0.0, (2 * ARM_HOLD_DAMPING * w * inertia - damping) / gain)
+
+
 class Excitation:
     """The host-side command source: the multisine by device-independent
-    wall time since the first STATE, with the guard. Called once per STATE
-    (and for keep-alives), allocation-free but for the float it returns."""
+    wall time since the first STATE, with the guards. Called once per STATE
+    (and for keep-alives), allocation-free but for the float it returns.
+    ``command(k, obs)`` is the law at step k, for a simulator too."""
 
-    def __init__(self, info, features, duration: float, seed: int, max_swing: float):
-        spec = features.spec
-        self.u_max = float(info.u_limit or info.u_max)
-        self.dt = info.period_us * 1e-6
+    def __init__(self, spec, u_max: float, dt: float, duration: float, seed: int,
+                 max_swing: float, vel_limit: float = 0.0, arm_limit: float = 0.0):
+        self.spec, self.u_max, self.dt = spec, float(u_max), float(dt)
         self.shape = multisine(duration, self.dt, seed) * self.u_max
-        self.features = features
+        self.pole_obs = spec.pole_obs
         self.vel_obs = spec.obs_index[spec.pole_velocity]
-        pole_channel = [v for _, v in spec.channels].index(spec.pole_velocity)
-        limit = info.vel_limit[pole_channel] * features.scale[pole_channel]
-        self.vel_guard = 0.5 * limit if limit > 0 else math.inf
+        self.vel_guard = 0.5 * vel_limit if vel_limit > 0 else math.inf
         self.max_swing = max_swing
+        self.arm = spec.system == "furuta"
+        if self.arm:
+            self.kp, self.kd = arm_hold_gains(spec)
+            self.arm_obs, self.arm_vel_obs = spec.obs_index[0], spec.obs_index[2]
+            self.arm_guard = ARM_GUARD * arm_limit if arm_limit > 0 else math.inf
         self.t0 = None
+
+    @classmethod
+    def from_device(cls, info, features, duration: float, seed: int, max_swing: float):
+        """The experiment for the device that sent ``info``: its period,
+        command limit and safety limits."""
+        from grpo_ctrl.plant import plant_spec, presets
+
+        spec = (plant_spec(features.system, info.preset) if info.preset in presets(features.system)
+                else features.spec)
+        channel = {v: c for c, (_, v) in enumerate(spec.channels)}[spec.pole_velocity]
+        vel_limit = info.vel_limit[channel] * features.scale[channel]
+        arm_limit = info.pos_limit[0] * features.scale[0]
+        return cls(spec, info.u_limit or info.u_max, info.period_us * 1e-6, duration, seed,
+                   max_swing, vel_limit, arm_limit)
 
     def __call__(self, obs) -> float:
         now = time.monotonic()
         if self.t0 is None:
             self.t0 = now
-        k = min(int((now - self.t0) / self.dt), len(self.shape) - 1)
-        u = float(self.shape[k])
-        swing = math.remainder(self.features.angle(obs) - math.pi, 2 * math.pi)
+        return self.command(int((now - self.t0) / self.dt), obs)
+
+    def command(self, k: int, obs) -> float:
+        u = float(self.shape[min(k, len(self.shape) - 1)])
+        i = self.pole_obs
+        swing = math.remainder(math.atan2(float(obs[i + 1]), float(obs[i])) - math.pi,
+                               2 * math.pi)
         velocity = float(obs[self.vel_obs])
+        if self.arm:
+            if abs(swing) > self.max_swing or abs(velocity) > self.vel_guard:
+                u = 0.0
+            arm = math.atan2(float(obs[self.arm_obs + 1]), float(obs[self.arm_obs]))
+            if abs(arm) > self.arm_guard and u * arm > 0:
+                u = 0.0
+            u -= self.kp * arm + self.kd * float(obs[self.arm_vel_obs])
+            return max(-self.u_max, min(self.u_max, u))
         brake = AMPLITUDES[1] * self.u_max
         if abs(velocity) > self.vel_guard:
             return -math.copysign(brake, velocity)
@@ -98,9 +151,9 @@ def run(args) -> int:
     from grpo_ctrl.firmware_bridge.loop import format_summary
     from grpo_ctrl.plant import plant_spec
 
-    if args.system != "pendulum":
-        raise UserError(f"excite drives the pendulum so far; --system {args.system!r} is not "
-                        "supported yet")
+    if args.system not in ("pendulum", "furuta"):
+        raise UserError(f"excite drives the pendulum and the Furuta pendulum; --system "
+                        f"{args.system!r} is not supported yet")
     try:
         spec = plant_spec(args.system, args.preset)
     except ValueError as e:
@@ -111,7 +164,7 @@ def run(args) -> int:
             raise UserError(f"the device on {args.port} is {features.system}/{info.preset}, not "
                             f"{spec.system}/{args.preset or 'any'}: check --port, --system and "
                             "--preset")
-        return Excitation(info, features, args.duration, args.seed, args.max_swing)
+        return Excitation.from_device(info, features, args.duration, args.seed, args.max_swing)
 
     summary = run_loop(args.port, None, args.duration, args.log, args.plot, baudrate=args.baud,
                        make_policy=make_policy)

@@ -42,6 +42,8 @@ class HilConfig:
                                      # (rad from upright); default: the preset's draw
     hold_until_armed: bool = False   # hold the plant still until first armed, as a hand would
     plant: PlantValues | None = None  # a plant that is not the preset (grpo_ctrl.plant_file)
+    sensor_noise: float = 0.0        # std of Gaussian noise on every position sensor before
+                                     # it is counted (rad or m)
     seed: int = 0
     device_id: int = 1
     watchdog_ms: float | None = None     # default: two control periods
@@ -90,6 +92,10 @@ class HilServer:
             o.delay_steps = int(c.plant.delay)
             pole = [pos for pos, _ in spec.channels].index(spec.pole_angle)
             o.offset[pole] = float(c.plant.offset)
+            o.motor_k = float(c.plant.motor_k)
+        if not (math.isfinite(c.sensor_noise) and c.sensor_noise >= 0):
+            raise UserError(f"--sensor-noise must be a finite std >= 0, got {c.sensor_noise}")
+        o.sensor_noise[0:len(spec.channels)] = [float(c.sensor_noise)] * len(spec.channels)
         o.seed = c.seed
         o.device_id = c.device_id
         o.watchdog_us = int(round(c.watchdog_ms * 1000)) if c.watchdog_ms else 0
@@ -260,7 +266,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the plant of a file (grpo-ctrl sysid --out, --reveal)")
     g.add_argument("--mystery", type=seed, default=None, metavar="SEED",
                    help="a hidden plant: every parameter but g x U(0.7, 1.3), 0-2 steps of "
-                        "delay, an encoder offset within 0.05 rad; never printed")
+                        "delay, an encoder offset within 0.05 rad, a motor response per step "
+                        "(motor_k) in U(0.5, 1); never printed")
+    g.add_argument("--sensor-noise", type=number(float, 0.0, 1.0, unit=" (rad or m)"),
+                   default=0.0, metavar="STD",
+                   help="Gaussian noise on every position sensor before it is counted "
+                        "(default 0: quantisation only)")
     g.add_argument("--reveal", metavar="FILE.toml",
                    help="write the plant served (e.g. --mystery's) to this file")
     p.add_argument("--duration", type=seconds("until Ctrl-C"), default=0.0, metavar="S",
@@ -312,7 +323,7 @@ def plant_from_args(args) -> PlantValues | None:
 def config_from_args(args) -> HilConfig:
     return HilConfig(system=args.system, preset=args.preset, rate=args.rate, angle0=args.angle0,
                      hold_until_armed=args.hold_until_armed, seed=args.seed,
-                     plant=plant_from_args(args),
+                     plant=plant_from_args(args), sensor_noise=args.sensor_noise,
                      watchdog_ms=args.watchdog_ms, velocity_limit=args.velocity_limit,
                      position_limit=args.position_limit,
                      velocity_cutoff_hz=args.velocity_cutoff, corrupt=args.corrupt, drop=args.drop,

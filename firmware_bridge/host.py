@@ -82,7 +82,8 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
             else:
                 policy = load_onnx_controller(policy_path, info, features, warn=print_fn)
             telemetry = Telemetry(log)
-            loop = ControlLoop(link, info, features, policy, telemetry, stop)
+            loop = ControlLoop(link, info, features, policy, telemetry, stop,
+                               keepalive_only=on_device)
             loop.account(info_frame, P.Info.unpack(info_frame.payload), time.monotonic())
             with _realtime() as granted:
                 loop.run(duration)

@@ -23,6 +23,7 @@ from grpo_ctrl.firmware_bridge import protocol as P
 from grpo_ctrl.firmware_bridge.link import LinkError, await_frame
 
 KEEPALIVE_AFTER = 1.5   # periods without a STATE before the host re-sends its command
+KEEPALIVES_PER_WATCHDOG = 4  # under on-device control: one COMMAND per watchdog_us / 4
 MIN_LOST_GAP = 64       # a gap up to this many frames is always taken for frames lost
 FLOOD_WINDOW = 0.5      # s: more than twice the device's rate over this long is a flood
 
@@ -55,10 +56,16 @@ class _Run:
 class ControlLoop:
     """The armed loop and its safe stop, with what it accumulates for the summary."""
 
-    def __init__(self, link, info, features, policy, telemetry, stop):
+    def __init__(self, link, info, features, policy, telemetry, stop, keepalive_only=False):
         self.link, self.info, self.features = link, info, features
         self.policy, self.telemetry, self.stop = policy, telemetry, stop
         self.period = info.period_us * 1e-6
+        # under on-device control the COMMANDs only feed the watchdog: one per
+        # watchdog_us / 4 (PROTOCOL.md, "Keep-alive"), not one per STATE, which
+        # at 1 kHz is more than a slow line carries; 0: answer every STATE
+        self.command_every = (info.watchdog_us * 1e-6 / KEEPALIVES_PER_WATCHDOG
+                              if keepalive_only else 0.0)
+        self.next_command = 0.0
         self.r = _Run()
         self.armed = False
         self.arming = False   # ARM sent, not yet confirmed
@@ -106,9 +113,11 @@ class ControlLoop:
         r.last_t_us = s.t_us
         obs = self.observe(s)
         action, tx = None, None
-        if self.armed and s.mode == P.MODE_ARMED and not self.stop.is_set():
+        if self.armed and s.mode == P.MODE_ARMED and not self.stop.is_set() and \
+                rx >= self.next_command:
             action = self.act(obs)
             _, tx = self.link.send(P.Command(action, f.seq, s.t_us))
+            self.next_command = rx + self.command_every
             r.commands += 1
             r.compute_us.append((tx - rx) * 1e6)
             r.armed_states += 1
@@ -278,13 +287,14 @@ class ControlLoop:
                                     f"{FLOOD_WINDOW:g} s, at a {self.period * 1e3:g} ms period; "
                                     "check the firmware")
                     window_end, window_states = now + FLOOD_WINDOW, self.r.states
-                if now >= next_keepalive and hasattr(self, "last_obs"):
+                if now >= max(next_keepalive, self.next_command) and hasattr(self, "last_obs"):
                     # no STATE this period (lost or late): keep the watchdog fed with
                     # the command for the newest observation, answering its state
                     u = self.act(self.last_obs)
                     self.link.send(P.Command(u, self.last_state_seq, self.last_state_t_us))
                     self.r.keepalives += 1
                     next_keepalive = now + self.period
+                    self.next_command = now + self.command_every
         except _DeviceStopped:
             self.ended = "fault"
         except Abort as e:

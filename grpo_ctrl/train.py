@@ -20,8 +20,10 @@ ranges, then ``--randomize KEY=VALUE`` flags; ``config.toml`` records it.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import math
+import mmap
 import os
 import signal
 import sys
@@ -247,6 +249,10 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
     the schedule and the stop, and rank 0 alone evaluates and writes ``out``.
     ``randomize``: the plant's ranges (default: ``default_randomization``)."""
     from tqdm import tqdm
+    # no tqdm monitor thread: it outlives the bar and wakes every 10 s to take the GIL at
+    # ordinary priority, so a busy machine that preempts it there holds up a real-time
+    # control loop that runs later in the same process (`grpo-ctrl demo`)
+    tqdm.monitor_interval = 0
     ranks = ranks or Ranks.current()
     if randomize is None:
         randomize = default_randomization(system, preset)
@@ -388,20 +394,32 @@ class StopSignals:
     """Ctrl-C, SIGTERM (timeout, systemd, docker) and SIGHUP (terminal closed)
     ask training to stop after the iteration in progress, so that the last
     checkpoint, the metrics and the collector process end consistently; a
-    second signal interrupts at once."""
+    second signal to the same process interrupts at once.
+
+    The request lives in memory shared with the processes forked inside the
+    ``with`` block (the ``--nproc`` ranks): a signal sent to the launcher alone
+    (docker stop, ``kill PID``) stops them too, while a terminal's Ctrl-C,
+    which reaches every process of the group, still counts once in each."""
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self):
-        self.received: int | None = None
+        self._mine: int | None = None  # what this process itself received
+        self._shared = ctypes.c_int.from_buffer(mmap.mmap(-1, ctypes.sizeof(ctypes.c_int)))
+
+    @property
+    def received(self) -> int | None:
+        """The signal that asked for the stop, in this process or the launcher."""
+        return self._mine if self._mine is not None else (self._shared.value or None)
 
     def __enter__(self) -> "StopSignals":
         self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
         return self
 
     def _handle(self, signum, frame) -> None:
-        if self.received is not None:
+        if self._mine is not None:
             raise KeyboardInterrupt
-        self.received = signum
+        self._mine = signum
+        self._shared.value = signum
 
     def __exit__(self, *exc) -> None:
         for s, handler in self._previous.items():

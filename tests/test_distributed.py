@@ -212,6 +212,38 @@ def test_a_killed_rank_is_reported_in_one_line_without_a_hang(tmp_path):
             open(f"/proc/{pid}/stat").read().split()[2] == "Z"
 
 
+def test_sigterm_to_the_launcher_alone_stops_every_rank_cleanly(tmp_path):
+    """docker stop and `kill PID` signal the launcher only, not its process
+    group: the ranks must stop after their iteration, as with Ctrl-C, and
+    the run folder must be resumable."""
+    out = tmp_path / "stopped"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grpo_ctrl", "train", "--nproc", "2", "--out", str(out),
+         *TINY_FLAGS, "--time-budget", "300"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "metrics.jsonl").is_file() or not (out / "metrics.jsonl").stat().st_size:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        workers = _children(proc.pid)
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "stopped by SIGTERM" in err and "Traceback" not in err, err
+    for pid in workers:
+        assert not os.path.exists(f"/proc/{pid}") or \
+            open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    done = len((out / "metrics.jsonl").read_text().splitlines())
+    assert cli.main(["train", "--out", str(out), "--resume", "--iterations", str(done + 1),
+                     "--nproc", "2", "--quiet"]) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == list(range(1, done + 2))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -11,12 +11,14 @@ pytest.importorskip("scipy", reason="sysid filters with scipy.signal")
 
 from grpo_ctrl.cli import main  # noqa: E402
 from grpo_ctrl.firmware_bridge import protocol as P  # noqa: E402
-from grpo_ctrl.firmware_bridge.excite import AMPLITUDES, multisine  # noqa: E402
+from grpo_ctrl.firmware_bridge.excite import ARM_GUARD, AMPLITUDES, multisine  # noqa: E402
 from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil  # noqa: E402
 from grpo_ctrl.plant import plant_spec  # noqa: E402
 from grpo_ctrl.plant_file import mystery_plant, read_plant_file  # noqa: E402
+from grpo_ctrl.sim import BatchSim  # noqa: E402
 
 SPEC = plant_spec("pendulum", "rig")
+FURUTA = plant_spec("furuta", "qube-servo2")
 
 
 def test_multisine_shape():
@@ -51,6 +53,42 @@ def test_excite_then_sysid_recovers_a_mystery_pendulum(tmp_path, capsys, seed):
     for name in ("m", "l", "b", "fc"):
         assert fit.params[name] == pytest.approx(truth.params[name], rel=0.05), name
     assert fit.delay == truth.delay
+    assert fit.offset == pytest.approx(truth.offset, abs=0.005)
+
+
+def test_excite_then_sysid_recovers_a_mystery_furuta(tmp_path, capsys):
+    """A mystery Qube (its motor lagging, encoder noise on): the arm stays
+    well inside the device's 2 rad limit, the served plant is the simulator
+    holding the same plant step for step (delay and motor lag included), and
+    sysid, given the weighed mp and the measured rm, finds the rest."""
+    truth = mystery_plant(FURUTA, 2)
+    log = tmp_path / "excite.csv"
+    with serve_hil(HilConfig(system="furuta", plant=truth, angle0=math.pi, watchdog_ms=300,
+                             sensor_noise=0.0005)) as hil:
+        rc = main(["excite", "--port", hil.port, "--system", "furuta", "--duration", "12",
+                   "--log", str(log)])
+        trace, stats = hil.trace(), hil.stats()
+    assert rc == 0, capsys.readouterr()
+    assert stats["mode"] != P.MODE_ARMED and stats["fault"] == 0    # ended disarmed, no trip
+    armed = trace["mode"] == P.MODE_ARMED   # (disarmed, the arm is free, as after any run)
+    assert armed.sum() > 5000
+    assert np.max(np.abs(trace["x"][armed, 0])) < ARM_GUARD * 2.0  # the arm limit is 2 rad
+    swing = np.abs(np.remainder(trace["x"][armed, 1], 2 * np.pi) - np.pi)
+    assert swing.max() < 1.0 + 0.4
+    # the served plant: replay the applied voltages on the simulator's held plant
+    sim = BatchSim("furuta", 1, preset="qube-servo2", hold_plant=True)
+    sim.set_plant({**truth.params, "delay": truth.delay, "motor_k": truth.motor_k})
+    sim.set_state({"x": FURUTA.rest_state(math.pi)[None]})
+    applied = np.concatenate([[0.0], trace["u"][:-1]]).astype(np.float32)[:, None]
+    sim.rollout(applied[:2000])
+    np.testing.assert_allclose(sim.get_state()["x"][0], trace["x"][1999], atol=1e-6)
+    out = tmp_path / "fitted.toml"
+    assert main(["sysid", str(log), "--system", "furuta", "--out", str(out),
+                 "--known", f"mp={truth.params['mp']}", "--known", f"rm={truth.params['rm']}"]) == 0
+    fit = read_plant_file(out, FURUTA)
+    for name in ("km", "lr", "jr", "lp", "jp"):
+        assert fit.params[name] == pytest.approx(truth.params[name], rel=0.05), name
+    assert fit.delay == truth.delay and fit.motor_k == pytest.approx(truth.motor_k, abs=0.05)
     assert fit.offset == pytest.approx(truth.offset, abs=0.005)
 
 

@@ -122,6 +122,28 @@ class LibmGaps(torch.nn.Module):
         return torch.clamp(u, -0.15, 0.15)
 
 
+class SkipRelu(torch.nn.Module):
+    """Two products followed by a Relu: the first product's output is read
+    again after its Relu (a skip term), so only the second's Relu may be
+    applied as the product stores it (c_codegen fuses it in place)."""
+
+    spec = spec_of("pendulum", "rig")
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        self.a = torch.nn.Linear(3, 16)
+        self.b = torch.nn.Linear(16, 16)
+        for p in self.parameters():
+            p.data = torch.randn(p.shape, generator=g) * 0.5
+
+    def forward(self, obs):
+        x = self.a(obs)
+        h = torch.relu(self.b(torch.relu(x)))
+        u = 0.05 * (h.sum(1, keepdim=True) - x.sum(1, keepdim=True))
+        return torch.clamp(u, -0.15, 0.15)
+
+
 def compile_c(model, folder: Path) -> CPolicy:
     write_c(model, folder)
     lib = compile_shared(folder / "policy.c", folder / "libpolicy.so")
@@ -194,6 +216,18 @@ def test_op_zoo_round_trip(tmp_path):
     ops = {n.op_type for n in model.graph.node}
     assert {"Concat", "Transpose", "Sigmoid", "Softplus", "LeakyRelu", "Floor", "Max", "Sqrt",
             "Min", "And", "Cos", "Sin"} <= ops, ops
+
+
+def test_relu_after_a_product_round_trip(tmp_path):
+    model = assert_round_trip(SkipRelu(), tmp_path)  # one output a pass
+    c = generate_c(model).c
+    assert c.count("and the Relu that follows") == 1  # not the one whose input is read again
+    assert c.count("> 0.0f ?") == 2
+    eight = generate_c(model, block=8)  # eight a pass, the weights through <ROM>_LOAD8
+    assert eight.c.count("and the Relu that follows") == 1 and "POLICY_ROM_LOAD8(wp," in eight.c
+    if host_cc() is not None:
+        obs = operating_observations("pendulum", "rig", 2000)
+        assert check_c(eight, model, obs) <= TOLERANCE
 
 
 def test_libm_gaps_round_trip(tmp_path):

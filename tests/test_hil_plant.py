@@ -73,7 +73,7 @@ def test_mystery_is_hidden_reproducible_and_revealed(tmp_path, capsys):
             assert v == nominal["g"]
         else:
             assert 0.7 * nominal[name] <= v <= 1.3 * nominal[name]
-    assert a.delay in (0, 1, 2) and abs(a.offset) <= 0.05
+    assert a.delay in (0, 1, 2) and abs(a.offset) <= 0.05 and 0.5 <= a.motor_k <= 1
     reveal = tmp_path / "truth.toml"
     assert main(["hil", "--system", "pendulum", "--preset", "rig", "--mystery", "3",
                  "--reveal", str(reveal), "--duration", "0.2"]) == 0
@@ -82,10 +82,10 @@ def test_mystery_is_hidden_reproducible_and_revealed(tmp_path, capsys):
         if v != nominal["g"]:
             assert f"{v:.3g}" not in out and repr(v) not in out
     data = tomllib.loads(reveal.read_text())
-    assert set(data) == set(SPEC.param_names) | {"delay", "offset"}
+    assert set(data) == set(SPEC.param_names) | {"delay", "offset", "motor_k"}
     back = read_plant_file(reveal, SPEC)
     assert back.params == pytest.approx(a.params) and back.delay == a.delay
-    assert back.offset == pytest.approx(a.offset)
+    assert back.offset == pytest.approx(a.offset) and back.motor_k == pytest.approx(a.motor_k)
 
 
 def test_param_and_plant_flags(tmp_path, capsys):
@@ -109,6 +109,8 @@ def test_param_and_plant_flags(tmp_path, capsys):
     (["--param", "m"], "NAME=VALUE"),
     (["--param", "delay=1.5"], "whole control steps"),
     (["--param", "offset=nan"], "offset"),
+    (["--param", "motor_k=0"], "motor_k"),
+    (["--param", "motor_k=1.5"], "motor_k"),
     (["--plant", "/nonexistent/p.toml"], "does not exist"),
     (["--mystery", "1", "--param", "m=0.2"], "leave out"),
 ])
@@ -151,3 +153,22 @@ def test_mystery_seed_refused_by_the_parser(capsys, value):
     assert main(["hil", "--mystery", value]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_sensor_noise_is_gaussian_before_the_count():
+    """--sensor-noise: the encoder reads the true angle plus N(0, std) noise,
+    then counts; at rest the readings spread by about std (a count is
+    3 mrad, the noise 10 mrad)."""
+    with serve_hil(HilConfig(system="pendulum", preset="rig", angle0=math.pi,
+                             sensor_noise=0.01)) as hil:
+        with Link(hil.port) as link:
+            handshake(link)
+            readings = []
+            deadline = time.monotonic() + 10
+            while len(readings) < 300 and time.monotonic() < deadline:
+                got = await_frame(link, lambda f, m: isinstance(m, P.State), 1.0)
+                if got is not None:
+                    readings.append(got[1].pos[0] * 2 * math.pi / 2048)
+    error = np.remainder(np.array(readings), 2 * math.pi) - math.pi  # at rest hanging
+    assert len(readings) >= 100
+    assert abs(np.mean(error)) < 0.004 and 0.008 < np.std(error) < 0.012

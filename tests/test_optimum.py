@@ -9,7 +9,8 @@ import torch
 
 from grpo_ctrl.baselines import make_controller
 from grpo_ctrl.closed_loop import evaluate
-from grpo_ctrl.baselines.optimum import DPGrid, OptimalPendulum, load_or_compute, make_optimum
+from grpo_ctrl.baselines.optimum import (DPGrid, OptimalPendulum, horizon_values, load_or_compute,
+                                         make_optimum)
 from grpo_ctrl.controller import load_controller
 from grpo_ctrl.errors import UserError
 
@@ -47,6 +48,36 @@ def test_value_function_solves_the_bellman_equation_with_gymnasium_transitions(t
     assert table.values[table.n_angle // 2, table.n_speed // 2] == 0.0
     assert (table.values <= 0).all()
     assert table.values.min() < -200
+
+
+def test_horizon_values_are_the_best_discounted_two_step_return_in_gymnasium():
+    """Two decisions, the second discounted by 0.5, searched by brute force
+    over the grid's torques in Gymnasium's own Pendulum-v1."""
+    gym = pytest.importorskip("gymnasium")
+    env = gym.make("Pendulum-v1").unwrapped
+    env.reset(seed=0)
+    table = horizon_values(2, 0.5)
+    torques = np.linspace(-2.0, 2.0, DPGrid().n_actions)
+    rng = np.random.default_rng(2)
+    for ia, js in zip(rng.integers(0, table.n_angle, 20), rng.integers(0, table.n_speed, 20)):
+        start = np.array([table.angles()[ia], table.speeds()[js]])
+        best = -np.inf
+        for u in torques:
+            env.state = start.copy()
+            _, r1, *_ = env.step(np.array([u], np.float32))
+            after = env.state.copy()
+            r2 = []
+            for u2 in torques:
+                env.state = after.copy()
+                r2.append(env.step(np.array([u2], np.float32))[1])
+            best = max(best, r1 + 0.5 * max(r2))
+        # one step of the table is the first decision; its values are the second, interpolated
+        first = []
+        for u in torques:
+            env.state = start.copy()
+            _, r1, *_ = env.step(np.array([u], np.float32))
+            first.append(r1 + 0.5 * table(env.state[0], env.state[1]))
+        assert abs(max(first) - best) < 0.02 * max(1.0, abs(best)), (start, max(first), best)
 
 
 def test_the_optimum_beats_swing_up_lqr_on_the_same_episodes(table):

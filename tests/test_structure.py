@@ -110,7 +110,8 @@ OLD_TABLES = ["POLE", "POLE_TRIG", "CYCLIC", "_ACTION", "_VELOCITY_RANGE", "_ANG
 # a dict literal keyed by the plants' names is a layout written down by hand
 PER_PLANT_DICT = re.compile(r'\{\s*"pendulum"\s*:')
 # ... except where the entries are per-plant code, not layout
-PER_PLANT_CODE = {"grpo_ctrl.baselines.swingup"}  # each plant's energy law is its own class
+PER_PLANT_CODE = {"grpo_ctrl.baselines.swingup",  # each plant's energy law is its own class
+                  "grpo_ctrl.sysid"}  # each plant's regression model is its own class
 
 
 def test_no_module_outside_the_plant_layer_writes_down_a_plant_layout():

@@ -15,7 +15,9 @@ from grpo_ctrl.cli import main  # noqa: E402
 from grpo_ctrl.firmware_bridge.telemetry import Telemetry  # noqa: E402
 from grpo_ctrl.plant import plant_spec  # noqa: E402
 from grpo_ctrl.sim import BatchSim  # noqa: E402
-from grpo_ctrl.sysid import identify, read_log  # noqa: E402
+from grpo_ctrl.firmware_bridge.excite import Excitation  # noqa: E402
+from grpo_ctrl.plant_file import mystery_plant, nominal_params  # noqa: E402
+from grpo_ctrl.sysid import identify, positions, read_log  # noqa: E402
 
 try:
     import tomllib  # novermin: 3.10 takes the except branch
@@ -23,6 +25,8 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
 SPEC = plant_spec("pendulum", "rig")
+FURUTA = plant_spec("furuta", "qube-servo2")
+FURUTA_NOMINAL = nominal_params(FURUTA)
 
 
 def multisine(n: int, dt: float, amplitude: float, seed: int) -> np.ndarray:
@@ -34,32 +38,38 @@ def multisine(n: int, dt: float, amplitude: float, seed: int) -> np.ndarray:
 
 def write_log(path, plant: dict, seconds: float = 20.0, seed: int = 0, command=None,
               channels: int = 1, noise: float = 0.001, angle0: float = math.pi,
-              lose=()):
+              lose=(), spec=SPEC):
     """A telemetry CSV like `run`'s: a row per control tick with the encoder
     counts, the observation built from them (offset, noise, 2048-count
     quantisation) and the command applied from that tick on.
-    ``command(k, obs)`` chooses it (default: a multisine of 0.6 u_max from
-    hanging); the ticks in ``lose`` never arrive (a ``lost`` row)."""
-    sim = BatchSim("pendulum", 1, preset="rig", hold_plant=True, noise_std=[noise, 0.0],
-                   seed=seed)
+    ``command(k, obs)`` chooses it (default: for the pendulum a multisine of
+    0.6 u_max from hanging, for the Furuta `excite`'s law); the ticks in
+    ``lose`` never arrive (a ``lost`` row)."""
+    sim = BatchSim(spec.system, 1, preset=spec.preset, hold_plant=True,
+                   noise_std=[noise] * (spec.nx // 2) + [0.0] * (spec.nx // 2), seed=seed)
     sim.set_plant(plant)
     sim.reset()
-    sim.set_state({"x": np.array([[angle0, 0.0]])})
+    sim.set_state({"x": spec.rest_state(angle0)[None]})
     dt = sim.spec.dt
     n = int(round(seconds / dt))
+    if command is None and spec.system == "furuta":
+        law = Excitation(spec, spec.u_max, dt, seconds, seed, max_swing=1.0, arm_limit=2.0)
+        command = lambda k, obs: law.command(k, obs[0])  # noqa: E731
     ms = multisine(n, dt, 0.6 * sim.spec.u_max, seed)
     command = command or (lambda k, obs: ms[k])
     telemetry = Telemetry(path)
     obs = sim.observe().copy()
     for k in range(n):
         u = float(command(k, obs))
-        counts = round(float(np.arctan2(obs[0, 1], obs[0, 0])) * 2048 / (2 * math.pi))
+        counts = [round(float(a) * 2048 / (2 * math.pi)) for a in positions(obs[0], spec)]
+        if len(counts) != channels and spec.system == "pendulum":
+            counts = counts * channels
         if k in lose:  # the frame never arrived: the loop writes a lost row
             telemetry.write({"kind": "lost", "dev_seq": k, "count": 1})
         else:
             telemetry.write({"kind": "state", "dev_seq": k, "dev_t_us": int(round(k * dt * 1e6)),
-                             "mode": 2, "actuator": u, "pos": [counts] * channels,
-                             "vel": [0] * channels, "obs": [float(x) for x in obs[0]]})
+                             "mode": 2, "actuator": u, "pos": counts,
+                             "vel": [0] * len(counts), "obs": [float(x) for x in obs[0]]})
         obs = sim.step(np.array([u], np.float32))[0].copy()
     telemetry.close()
     return path
@@ -136,9 +146,9 @@ def test_velocity_feedback_data_cannot_separate_torque_from_damping(tmp_path):
                for w in fit.warnings), fit.warnings
 
 
-def _fails(capsys, tmp_path, log, *extra):
+def _fails(capsys, tmp_path, log, *extra, spec=SPEC):
     out = tmp_path / "fitted.toml"
-    rc = main(["sysid", str(log), "--system", "pendulum", "--preset", "rig",
+    rc = main(["sysid", str(log), "--system", spec.system, "--preset", spec.preset,
                "--out", str(out), *extra])
     err = capsys.readouterr().err.strip()
     assert rc == 2
@@ -174,3 +184,73 @@ def test_max_delay_refused_before_work(tmp_path, capsys, value):
                  "--max-delay", value]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def _furuta_truth(seed: int) -> tuple[dict, object]:
+    truth = mystery_plant(FURUTA, seed)
+    return {**truth.params, "delay": truth.delay, "offset_alpha": truth.offset,
+            "motor_k": truth.motor_k}, truth
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_furuta_fit_recovers_a_hidden_qube(tmp_path, seed):
+    """A simulated excite log of a mystery Qube (every parameter x U(0.7,
+    1.3), its delay, offset and motor lag; encoder noise and quantisation):
+    with mp and rm known, sysid finds the motor constant, the lengths and
+    inertias within 2 %, the dampings within 25 % (dr is 2.5 % of the
+    back-EMF damping, dp barely slows the rod in 15 s), delay and lag."""
+    plant, truth = _furuta_truth(seed)
+    path = write_log(tmp_path / "log.csv", plant, seconds=15.0, seed=seed, noise=0.0005,
+                     spec=FURUTA)
+    known = {"mp": truth.params["mp"], "rm": truth.params["rm"]}
+    fit, _, _ = identify([read_log(path, FURUTA)], FURUTA, known=known)
+    for name in ("km", "lr", "jr", "lp", "jp"):
+        assert fit.params[name] == pytest.approx(truth.params[name], rel=0.02), name
+    for name in ("dr", "dp"):
+        assert fit.params[name] == pytest.approx(truth.params[name], rel=0.25), name
+    assert fit.delay == truth.delay and fit.motor_k == pytest.approx(truth.motor_k, abs=0.02)
+    assert fit.offset == pytest.approx(truth.offset, abs=0.002)
+    assert fit.params["mp"] == truth.params["mp"] and fit.params["mr"] == FURUTA_NOMINAL["mr"]
+    assert fit.sim_error < 3 * 2 * math.pi / 2048
+    assert any("mr does not enter" in w for w in fit.warnings)
+
+
+def test_furuta_scale_comes_from_the_known_mass(tmp_path):
+    """The equations are homogeneous: every inertia and damping times s,
+    with mp times s and rm over s (km unchanged), moves nothing. So a mass
+    known 10 % too high (and rm 10 % too low) scales the fitted inertias and
+    dampings by 1.1 and leaves km and the lengths."""
+    plant, truth = _furuta_truth(1)
+    path = write_log(tmp_path / "log.csv", plant, seconds=10.0, seed=1, spec=FURUTA)
+    log = read_log(path, FURUTA)
+    fits = [identify([log], FURUTA, known={"mp": truth.params["mp"] * s,
+                                           "rm": truth.params["rm"] / s}, refine_fit=False)[0]
+            for s in (1.0, 1.1)]
+    for name in ("jr", "jp", "dr", "dp"):
+        assert fits[1].params[name] / fits[0].params[name] == pytest.approx(1.1, rel=1e-6), name
+    for name in ("km", "lr", "lp"):
+        assert fits[1].params[name] == pytest.approx(fits[0].params[name], rel=1e-6), name
+    assert any("preset's value is assumed" in w
+               for w in identify([log], FURUTA, refine_fit=False)[0].warnings)
+
+
+def test_bad_furuta_logs_get_one_line(tmp_path, capsys):
+    plant, _ = _furuta_truth(0)
+    short = write_log(tmp_path / "short.csv", plant, seconds=2.0, spec=FURUTA)
+    assert "too short" in _fails(capsys, tmp_path, short, spec=FURUTA)
+    still = write_log(tmp_path / "still.csv", plant, seconds=6.0, command=lambda k, o: 0.0,
+                      noise=0.0, spec=FURUTA)
+    assert "never moves" in _fails(capsys, tmp_path, still, spec=FURUTA)
+    saturated = write_log(tmp_path / "sat.csv", plant, seconds=6.0, spec=FURUTA,
+                          command=lambda k, o: 10.0 if (k // 20) % 2 else -10.0)
+    assert "saturated" in _fails(capsys, tmp_path, saturated, spec=FURUTA)
+    pendulum = write_log(tmp_path / "pendulum.csv", {"m": 0.15}, seconds=6.0)
+    assert "wrong plant" in _fails(capsys, tmp_path, pendulum, spec=FURUTA)
+    missing = tmp_path / "missing.csv"
+    missing.write_text("kind,dev_t_us,pos,actuator\nstate,0,1024,0\nstate,2000,1024,0\n")
+    assert "lacks the column" in _fails(capsys, tmp_path, missing, spec=FURUTA)
+    log = write_log(tmp_path / "ok.csv", plant, seconds=6.0, spec=FURUTA)
+    assert "sysid fits km itself" in _fails(capsys, tmp_path, log, "--known", "km=0.04",
+                                            spec=FURUTA)
+    assert "above 0" in _fails(capsys, tmp_path, log, "--known", "mp=-1", spec=FURUTA)
+    assert "NAME=VALUE" in _fails(capsys, tmp_path, log, "--known", "mp", spec=FURUTA)

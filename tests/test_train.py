@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -420,3 +421,5 @@ def test_an_iteration_limit_without_a_time_budget_shows_an_iteration_bar(tmp_pat
                      "--overlap", "false"]) == 0
     err = capsys.readouterr()
     assert "for 2 iterations" in err.out and "2/2" in err.err
+    # no tqdm monitor thread left to take the GIL from a later control loop (grpo-ctrl demo)
+    assert not [t for t in threading.enumerate() if type(t).__name__ == "TMonitor"]

@@ -186,8 +186,8 @@ int main(int argc, char **argv)
     bytes_out += board.bytes_out;
     rx_frames += dev.rx.frames;
     bad += dev.rx.bad_frames + dev.rx.crc_errors;
-    stale += dev.stale_commands;
-    dropped += dev.tx_dropped_states + dev.tx_dropped_replies;
+    stale += FW_COUNTER(&dev, COUNTER_STALE_COMMANDS);
+    dropped += FW_COUNTER(&dev, COUNTER_TX_DROPPED_STATES) + FW_COUNTER(&dev, COUNTER_TX_DROPPED_REPLIES);
     faults += dev.mode == MODE_FAULT;
     armed_ticks += dev.mode == MODE_ARMED;
   }

@@ -17,6 +17,15 @@ static uint32_t clamp_watchdog(uint32_t w, uint32_t period_us)
   return w > WATCHDOG_MAX_US ? WATCHDOG_MAX_US : w;
 }
 
+/* now - then of the 64-bit clock, in us, saturated to 2^32 - 1 (also for a
+ * clock that went back). Every comparison of times goes through here, in 32
+ * bits after one subtraction: 64-bit arithmetic is large on an 8-bit AVR. */
+static uint32_t elapsed_us(uint64_t now, uint64_t then)
+{
+  const uint64_t diff = now - then;
+  return diff > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)diff;
+}
+
 /* The velocity low-pass coefficient 1 - exp(-2 pi fc dt) for a tick dt_us
  * after the previous one (1 without a filter). */
 static float vel_alpha(const fw_device *d, uint32_t dt_us)
@@ -40,6 +49,15 @@ void fw_init(fw_device *d, const fw_config *cfg, const fw_hw *hw)
   if (d->cfg.n_channels > PROTO_MAX_CHANNELS) d->cfg.n_channels = PROTO_MAX_CHANNELS;
   d->cfg.watchdog_us = clamp_watchdog(d->cfg.watchdog_us, d->cfg.period_us);
   set_vel_cutoff(d, d->cfg.vel_cutoff_hz >= 0.0f ? d->cfg.vel_cutoff_hz : 0.0f);  /* NaN: 0 */
+  for (uint8_t c = 0; c < d->cfg.n_channels; ++c) {  /* the observation's units, once */
+    const float cpu = d->cfg.counts_per_unit[c];
+    const int angle = d->cfg.angle_mask >> c & 1;
+    if (!(cpu > 0)) continue;  /* an absent channel: 0 */
+    d->obs_unit[c] = (angle ? TWO_PI : 1.0f) / cpu;
+    /* whole turns off first: float keeps the fraction */
+    if (angle && cpu >= 1.0f && cpu < 2147483648.0f && (float)(int32_t)cpu == cpu)
+      d->obs_turn[c] = (int32_t)cpu;
+  }
   d->hw = *hw;
   proto_decoder_init(&d->rx, PROTO_FROM_HOST);
   d->mode = MODE_DISARMED;
@@ -100,34 +118,32 @@ void fw_transmit(fw_device *d)
   }
 }
 
-/* Number a frame and queue it; never blocks. Room is made by dropping the
- * oldest queued STATE not yet begun; what still does not fit is dropped and
- * counted (its sequence number is used, so the host counts it lost). */
-static void send(fw_device *d, uint8_t type, const uint8_t *payload, uint8_t len)
+/* where a reply or STATE is packed: in the wire buffer, framed around it */
+#define TX_PAYLOAD(d) ((d)->tx_wire + PROTO_WIRE_PAYLOAD)
+
+/* Number the frame packed at TX_PAYLOAD and queue it; never blocks. Room is
+ * made by dropping the oldest queued STATE not yet begun; what still does not
+ * fit is dropped and counted (its sequence number is used, so the host counts
+ * it lost). */
+static void send(fw_device *d, uint8_t type, uint8_t len)
 {
-  proto_frame f;
-  uint8_t wire[PROTO_MAX_WIRE];
-  f.type = type;
-  f.seq = d->tx_seq++;
-  f.len = len;
-  memcpy(f.payload, payload, len);
-  const uint8_t n = (uint8_t)proto_encode(&f, wire);
+  const uint8_t n = (uint8_t)proto_encode_in_place(d->tx_wire, type, d->tx_seq++, len);
   const uint8_t is_state = type == MSG_STATE;
-  d->tx_frames++;
+  FW_COUNTER(d, COUNTER_TX_FRAMES)++;
   while (d->tx_bytes + n > FW_TX_BUF || d->tx_frames_queued == FW_TX_FRAMES) {
     uint8_t k = d->tx_sent ? 1 : 0;
     while (k < d->tx_frames_queued && !d->tx_is_state[k]) ++k;
     if (k == d->tx_frames_queued) {  /* no STATE to give up */
-      if (is_state) d->tx_dropped_states++;
-      else d->tx_dropped_replies++;
+      if (is_state) FW_COUNTER(d, COUNTER_TX_DROPPED_STATES)++;
+      else FW_COUNTER(d, COUNTER_TX_DROPPED_REPLIES)++;
       return;
     }
     tx_remove(d, k);
-    d->tx_dropped_states++;
+    FW_COUNTER(d, COUNTER_TX_DROPPED_STATES)++;
   }
   uint16_t at = ring((uint16_t)(d->tx_head + d->tx_bytes));
   for (uint8_t i = 0; i < n; ++i) {
-    d->tx_buf[at] = wire[i];
+    d->tx_buf[at] = d->tx_wire[i];
     at = ring((uint16_t)(at + 1));
   }
   d->tx_bytes = (uint16_t)(d->tx_bytes + n);
@@ -140,37 +156,28 @@ static void send(fw_device *d, uint8_t type, const uint8_t *payload, uint8_t len
 static void send_ack(fw_device *d, const proto_frame *req, uint8_t result)
 {
   const proto_ack a = {req->type, req->seq, result, d->mode};
-  uint8_t p[PROTO_ACK_LEN];
-  send(d, MSG_ACK, p, proto_pack_ack(&a, p));
+  send(d, MSG_ACK, proto_pack_ack(&a, TX_PAYLOAD(d)));
 }
 
 static void send_status(fw_device *d, uint8_t type)
 {
   proto_status s;
-  uint8_t p[PROTO_STATUS_LEN];
   s.mode = d->mode;
   s.fault = d->fault;
   s.t_us = d->hw.micros(d->hw.ctx);
   s.last_cmd_t_us = d->last_cmd_t_us;
-  s.rx_frames = d->rx.frames;
-  s.rx_crc_errors = d->rx.crc_errors;
-  s.rx_bad_frames = d->rx.bad_frames;
-  s.rx_overflows = d->rx.overflows;
-  s.tx_frames = d->tx_frames;  /* = this frame's seq: the frames numbered before it */
-  s.watchdog_trips = d->watchdog_trips;
-  s.stale_ticks = d->stale_ticks;
-  s.late_ticks = d->late_ticks;
-  s.stale_commands = d->stale_commands;
-  s.ignored_commands = d->ignored_commands;
-  s.tx_dropped_states = d->tx_dropped_states;
-  s.tx_dropped_replies = d->tx_dropped_replies;
-  send(d, type, p, proto_pack_status(&s, p));
+  memcpy(s.counter + COUNTER_TX_FRAMES, d->counter, sizeof d->counter);
+  s.counter[COUNTER_RX_FRAMES] = d->rx.frames;
+  s.counter[COUNTER_RX_CRC_ERRORS] = d->rx.crc_errors;
+  s.counter[COUNTER_RX_BAD_FRAMES] = d->rx.bad_frames;
+  s.counter[COUNTER_RX_OVERFLOWS] = d->rx.overflows;
+  /* COUNTER_TX_FRAMES = this frame's seq: the frames numbered before it */
+  send(d, type, proto_pack_status(&s, TX_PAYLOAD(d)));
 }
 
 static void send_info(fw_device *d)
 {
   proto_info i;
-  uint8_t p[PROTO_INFO_LEN];
   memset(&i, 0, sizeof i);
   i.protocol_version = PROTO_VERSION;
   i.system = d->cfg.system;
@@ -189,7 +196,7 @@ static void send_info(fw_device *d)
   i.vel_cutoff_hz = d->cfg.vel_cutoff_hz;
   memcpy(i.pos_limit, d->cfg.pos_limit, sizeof i.pos_limit);
   memcpy(i.vel_limit, d->cfg.vel_limit, sizeof i.vel_limit);
-  send(d, MSG_INFO, p, proto_pack_info(&i, p));
+  send(d, MSG_INFO, proto_pack_info(&i, TX_PAYLOAD(d)));
 }
 
 /* ---------------------------------------------------------------- modes */
@@ -206,7 +213,7 @@ static void enter_fault(fw_device *d, uint8_t fault)
   stop_actuator(d);
   d->mode = MODE_FAULT;
   d->fault = fault;
-  if (fault == FAULT_WATCHDOG) d->watchdog_trips++;
+  if (fault == FAULT_WATCHDOG) FW_COUNTER(d, COUNTER_WATCHDOG_TRIPS)++;
   send_status(d, MSG_FAULT);
 }
 
@@ -224,8 +231,12 @@ static uint8_t limit_fault(const fw_device *d)
 
 static float clamp_u(const fw_device *d, float u, uint8_t *clamped)
 {
-  *clamped = u > d->u_limit || u < -d->u_limit;
-  return u > d->u_limit ? d->u_limit : (u < -d->u_limit ? -d->u_limit : u);
+  const float limit = d->u_limit;
+  *clamped = 1;
+  if (u > limit) return limit;
+  if (u < -limit) return -limit;
+  *clamped = 0;
+  return u;
 }
 
 /* ---------------------------------------------------------------- parameters */
@@ -292,14 +303,14 @@ static void on_command(fw_device *d, const proto_frame *f, uint64_t now)
   proto_command c;
   if (proto_unpack_command(f->payload, f->len, &c) != 0) return;
   if (d->mode != MODE_ARMED) {
-    d->ignored_commands++;
+    FW_COUNTER(d, COUNTER_IGNORED_COMMANDS)++;
     return;
   }
   /* only a command newer than the last accepted one (by frame seq, modulo
    * 2^32: 1 .. 2^31 - 1 ahead) counts: a duplicate, a stale or a reordered
    * frame neither applies nor feeds the watchdog */
   if (d->have_cmd_seq && (uint32_t)(f->seq - d->last_cmd_seq - 1u) >= 0x7FFFFFFFu) {
-    d->stale_commands++;
+    FW_COUNTER(d, COUNTER_STALE_COMMANDS)++;
     return;
   }
   d->have_cmd_seq = 1;
@@ -356,7 +367,6 @@ static void on_frame(fw_device *d, const proto_frame *f)
   case MSG_PARAM_GET:
   case MSG_PARAM_SET: {
     proto_param q;
-    uint8_t p[PROTO_PARAM_LEN];
     if (proto_unpack_param_request(f->type, f->payload, f->len, &q) != 0) break;
     q.result = f->type == MSG_PARAM_SET ? param_set(d, q.id, q.value) : RESULT_OK;
     /* reply with the value now in effect (0 for an unknown id) */
@@ -365,7 +375,7 @@ static void on_frame(fw_device *d, const proto_frame *f)
       q.result = known;
       q.value = 0.0f;
     }
-    send(d, MSG_PARAM, p, proto_pack_param(&q, p));
+    send(d, MSG_PARAM, proto_pack_param(&q, TX_PAYLOAD(d)));
     break;
   }
   default: break;  /* the decoder passes host-to-device types only */
@@ -374,9 +384,8 @@ static void on_frame(fw_device *d, const proto_frame *f)
 
 void fw_receive(fw_device *d, const uint8_t *bytes, size_t n)
 {
-  proto_frame f;
   for (size_t i = 0; i < n; ++i)
-    if (proto_decoder_push(&d->rx, bytes[i], &f)) on_frame(d, &f);
+    if (proto_decoder_push(&d->rx, bytes[i], &d->rx_frame)) on_frame(d, &d->rx_frame);
 }
 
 /* ---------------------------------------------------------------- sensing */
@@ -404,20 +413,14 @@ uint8_t fw_observation(const fw_device *d, float *obs)
   uint8_t i = 0;
   for (; layout[i] != OBS_END; ++i) {
     const uint8_t c = layout[i] & 15u, what = layout[i] & 0xF0u;
-    const float cpu = d->cfg.counts_per_unit[c];
-    const int angle = d->cfg.angle_mask >> c & 1;
-    /* radians (angle) or metres per count; 0 for an absent channel */
-    const float unit = c < d->cfg.n_channels && cpu > 0 ? (angle ? TWO_PI : 1.0f) / cpu : 0.0f;
     if (what == OBS_VEL) {
-      obs[i] = d->vel[c] * unit;
+      obs[i] = d->vel[c] * d->obs_unit[c];
       continue;
     }
     int32_t n = d->prev_counts[c];
-    if (angle && cpu >= 1.0f && cpu < 2147483648.0f) {
-      const int32_t turn = (int32_t)cpu;  /* whole turns off first: float keeps the fraction */
-      if ((float)turn == cpu) n %= turn;
-    }
-    const float q = (float)n * unit;
+    const int32_t turn = d->obs_turn[c];
+    if (turn && (n >= turn || n <= -turn)) n %= turn;  /* a 32-bit division: only when due */
+    const float q = (float)n * d->obs_unit[c];
     obs[i] = what == OBS_COS ? cosf(q) : what == OBS_SIN ? sinf(q) : q;
   }
   return i;
@@ -436,7 +439,7 @@ static void apply_host_command(fw_device *d)
   } else {
     d->applied_flags &= (uint8_t)~FLAG_FRESH;  /* holding the last command */
   }
-  if (!(d->applied_flags & FLAG_FRESH)) d->stale_ticks++;
+  if (!(d->applied_flags & FLAG_FRESH)) FW_COUNTER(d, COUNTER_STALE_TICKS)++;
 }
 
 /* The command for this tick in CONTROL_ON_DEVICE: the linked controller's. */
@@ -460,11 +463,12 @@ void fw_tick(fw_device *d)
   const uint64_t now = d->hw.micros(d->hw.ctx);
   int32_t counts[PROTO_MAX_CHANNELS] = {0};
   d->hw.read_sensors(d->hw.ctx, counts);
-  if (d->have_prev && now > d->prev_t_us) {
+  const uint32_t dt = elapsed_us(now, d->prev_t_us);
+  /* (a tick 71 minutes after the last one, or a clock that went back, keeps
+   * the estimate as it was) */
+  if (d->have_prev && dt != 0 && dt != 0xFFFFFFFFu) {
     /* finite difference through a first-order low-pass: one count per
      * period is a large velocity step, the filter smooths it */
-    const uint64_t dt64 = now - d->prev_t_us;
-    const uint32_t dt = dt64 > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)dt64;
     const uint32_t off = dt > d->cfg.period_us ? dt - d->cfg.period_us : d->cfg.period_us - dt;
     /* a tick off its time (after a stall, two ticks close together) gets the
      * coefficient of its own dt: a short dt must not weigh in fully */
@@ -479,11 +483,11 @@ void fw_tick(fw_device *d)
   d->prev_t_us = now;
   d->have_prev = 1;
   d->ticks++;
-  if (d->tick_late) d->late_ticks++;
+  if (d->tick_late) FW_COUNTER(d, COUNTER_LATE_TICKS)++;
 
   if (d->mode == MODE_ARMED) {
     const uint8_t limit = limit_fault(d);
-    if (now - d->last_cmd_t_us >= d->cfg.watchdog_us) enter_fault(d, FAULT_WATCHDOG);
+    if (elapsed_us(now, d->last_cmd_t_us) >= d->cfg.watchdog_us) enter_fault(d, FAULT_WATCHDOG);
     else if (limit != FAULT_NONE) enter_fault(d, limit);
   }
   if (d->mode == MODE_ARMED) {
@@ -497,7 +501,6 @@ void fw_tick(fw_device *d)
   d->hw.write_actuator(d->hw.ctx, d->applied_u);
 
   proto_state s;
-  uint8_t p[PROTO_MAX_PAYLOAD];
   s.t_us = now;
   s.cmd_seq = d->applied_seq;
   s.latency_us = d->rx_latency_max_us;
@@ -513,7 +516,7 @@ void fw_tick(fw_device *d)
     s.vel[c] = v >= 2147483520.0f ? INT32_MAX : v <= -2147483520.0f ? INT32_MIN : (int32_t)lroundf(v);
   }
   const uint32_t seq = d->tx_seq;
-  send(d, MSG_STATE, p, proto_pack_state(&s, p));
+  send(d, MSG_STATE, proto_pack_state(&s, TX_PAYLOAD(d)));
   d->last_state_seq = seq;
   d->have_state = 1;
 }

@@ -21,7 +21,7 @@
  * Output never blocks when the back-end sets serial_room: frames queue in
  * a FW_TX_BUF-byte ring; when it is full the oldest queued STATE is dropped
  * (counted), and a reply that still does not fit is dropped and counted
- * too (STATUS: tx_dropped_states, tx_dropped_replies).
+ * too (STATUS: COUNTER_TX_DROPPED_STATES, COUNTER_TX_DROPPED_REPLIES).
  */
 #ifndef GRPO_FW_CORE_H
 #define GRPO_FW_CORE_H
@@ -30,8 +30,12 @@
 #include "proto.h"
 
 #define FW_VERSION 2
-#ifndef FW_TX_BUF
-#define FW_TX_BUF 256     /* transmit ring, bytes (>= PROTO_MAX_WIRE) */
+#ifndef FW_TX_BUF         /* transmit ring, bytes (>= PROTO_MAX_WIRE) */
+#if defined(__AVR__)
+#define FW_TX_BUF 128     /* an INFO, or a STATE and a STATUS: the Uno has 2 KB of RAM */
+#else
+#define FW_TX_BUF 256
+#endif
 #endif
 #define FW_TX_FRAMES 8    /* frames queued at most */
 #define FW_MAX_OBS 6      /* the longest observation (Furuta) */
@@ -55,6 +59,7 @@ typedef struct {
   fw_config cfg;
   fw_hw hw;
   proto_decoder rx;
+  proto_frame rx_frame;          /* the frame being handled (here, not on the stack) */
   uint8_t mode, fault, control_source;
   float u_limit;                 /* command clamp, <= cfg.u_max */
   /* the command received and not yet applied (raw, clamped when applied),
@@ -76,21 +81,29 @@ typedef struct {
   uint64_t prev_t_us;            /* the last tick's time */
   float vel[PROTO_MAX_CHANNELS];
   float vel_alpha;               /* low-pass coefficient for the nominal period */
+  float obs_unit[PROTO_MAX_CHANNELS];   /* observation: rad or m per count, 0 absent */
+  int32_t obs_turn[PROTO_MAX_CHANNELS]; /* counts per turn (whole) of an angle, else 0 */
   /* output */
   uint32_t tx_seq;
   uint8_t have_state;
   uint32_t last_state_seq;
+  uint8_t tx_wire[PROTO_MAX_WIRE];  /* the frame being queued: its payload packed in
+                                       place and encoded (here, not on the stack) */
   uint8_t tx_buf[FW_TX_BUF];     /* ring of queued wire bytes */
   uint16_t tx_head, tx_bytes;    /* first queued byte, bytes queued */
   uint8_t tx_len[FW_TX_FRAMES];  /* queued frames, oldest first */
   uint8_t tx_is_state[FW_TX_FRAMES];
   uint8_t tx_frames_queued, tx_sent;  /* tx_sent: bytes of the oldest already out */
   /* counters (STATUS) */
-  uint32_t tx_frames, watchdog_trips, stale_ticks, late_ticks, ticks;
-  uint32_t stale_commands, ignored_commands, tx_dropped_states, tx_dropped_replies;
+  uint32_t counter[PROTO_COUNTERS - COUNTER_TX_FRAMES];  /* FW_COUNTER; rx: the decoder's */
+  uint32_t ticks;
   uint8_t tick_late;             /* set by the back-end before fw_tick */
   uint8_t extra_flags;           /* ORed into STATE flags by the back-end */
 } fw_device;
+
+/* The device's own STATUS counters, COUNTER_TX_FRAMES onwards (the four
+ * before it are the decoder's, d->rx). */
+#define FW_COUNTER(d, which) ((d)->counter[(which) - COUNTER_TX_FRAMES])
 
 void fw_init(fw_device *d, const fw_config *cfg, const fw_hw *hw);
 /* Bytes that arrived on the serial line. */

@@ -36,6 +36,10 @@ typedef struct {
   double param[12];           /* PS_MAX_PARAMS */
   int delay_steps;            /* actuation delay, control steps (0..PS_MAX_DELAY) */
   double offset[PROTO_MAX_CHANNELS];  /* added to each channel's position (encoder offset) */
+  double motor_k;             /* the actuator's first-order response per control step,
+                                 (0, 1] as the simulator's (pendsim.h); 0 or 1: instant */
+  double sensor_noise[PROTO_MAX_CHANNELS];  /* std of Gaussian noise on each channel's
+                                               position before it is counted (rad or m) */
   uint64_t seed;
   uint32_t device_id;
   uint32_t watchdog_us;       /* 0 = two control periods */

@@ -38,7 +38,10 @@ struct hil_sim {
   ps_data d;
   double x[PS_MAX_NX], param[PS_MAX_PARAMS];
   float act_buf[PS_MAX_DELAY];
-  uint64_t rng_key, rng_ctr, rng;
+  /* the plant beyond its parameters, for a motor that lags (PS_PLANT_HOLD) */
+  int32_t delay, push_left;
+  double motor_k, torque_noise, offset[PS_MAX_NX / 2], tau, push;
+  uint64_t rng_key, rng_ctr, rng, noise_rng;
   int32_t t;
   int state_index[PROTO_MAX_CHANNELS];  /* plant state component of each channel */
   double counts_per_rad_or_m[PROTO_MAX_CHANNELS];
@@ -91,15 +94,31 @@ static uint32_t corrupt(hil_sim *h, uint8_t *bytes, size_t n)
   return hits;
 }
 
+/* A standard normal draw for the sensors, from their own splitmix stream
+ * (the fault injector's dice stay as they were). Box-Muller. */
+static double sensor_normal(hil_sim *h)
+{
+  double u[2];
+  for (int i = 0; i < 2; ++i) {
+    uint64_t z = (h->noise_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    u[i] = ((double)((z ^ (z >> 31)) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  }
+  return sqrt(-2.0 * log(u[0])) * cos(2.0 * 3.14159265358979323846 * u[1]);
+}
+
 /* ---------------------------------------------------------------- fw_hw */
 static uint64_t hw_micros(void *ctx) { return now_us((hil_sim *)ctx); }
 
 /* An incremental encoder's 32-bit counter: it wraps, as a board's would. */
 static void hw_read_sensors(void *ctx, int32_t *counts)
 {
-  const hil_sim *h = ctx;
+  hil_sim *h = ctx;
   for (int c = 0; c < h->dev.cfg.n_channels; ++c) {
-    const double v = round((h->x[h->state_index[c]] + h->o.offset[c]) * h->counts_per_rad_or_m[c]);
+    double x = h->x[h->state_index[c]] + h->o.offset[c];
+    if (h->o.sensor_noise[c] > 0) x += h->o.sensor_noise[c] * sensor_normal(h);
+    const double v = round(x * h->counts_per_rad_or_m[c]);
     const double wrapped = isfinite(v) ? fmod(v, 4294967296.0) : 0.0;
     counts[c] = (int32_t)(uint32_t)(int64_t)wrapped;
   }
@@ -186,6 +205,7 @@ int hil_init(hil_sim *h, const hil_options *o)
   h->epoll_fd = h->timer_fd = -1;
 #endif
   h->rng = o->seed ^ 0x5DEECE66Dull;
+  h->noise_rng = o->seed ^ 0xC0FFEE5EED5ull;
   clock_gettime(CLOCK_MONOTONIC, &h->t0);
   if (ps_model_init(&h->m, o->system, o->preset) != PS_OK)
     return o->system >= 0 && o->system < PS_NUM_SYSTEMS ? PS_ERR_PRESET : PS_ERR_SYSTEM;
@@ -203,6 +223,9 @@ int hil_init(hil_sim *h, const hil_options *o)
     h->m.param[k] = o->param[k];  /* the nominal plant mode resets to these */
   }
   h->m.delay = o->delay_steps;
+  if (!(o->motor_k >= 0 && o->motor_k <= 1)) return PS_ERR_MODEL;
+  for (int c = 0; c < PROTO_MAX_CHANNELS; ++c)
+    if (!(o->sensor_noise[c] >= 0 && isfinite(o->sensor_noise[c]))) return PS_ERR_MODEL;
   if (ps_model_check(&h->m) != PS_OK) return PS_ERR_MODEL;
   h->d.B = 1;
   h->d.x = h->x;
@@ -211,6 +234,22 @@ int hil_init(hil_sim *h, const hil_options *o)
   h->d.rng_key = &h->rng_key;
   h->d.rng_ctr = &h->rng_ctr;
   h->d.t = &h->t;
+  if (o->motor_k > 0 && o->motor_k < 1) {
+    /* a lagging motor is the simulator's held plant: the model's parameters
+     * (copied in by a nominal reset first), this delay and motor, an ideal
+     * rest (no noise, pushes or offsets: the encoders take theirs here) */
+    ps_reset(&h->m, &h->d, 0, 0);
+    h->m.plant_mode = PS_PLANT_HOLD;
+    h->delay = o->delay_steps;
+    h->motor_k = o->motor_k;
+    h->d.delay = &h->delay;
+    h->d.motor_k = &h->motor_k;
+    h->d.torque_noise = &h->torque_noise;
+    h->d.offset = h->offset;
+    h->d.tau = &h->tau;
+    h->d.push = &h->push;
+    h->d.push_left = &h->push_left;
+  }
   ps_seed(&h->d, &o->seed);
   ps_reset(&h->m, &h->d, 0, 0);
   if (o->set_x0)
@@ -421,16 +460,16 @@ void hil_get_stats(const hil_sim *h, hil_stats *s)
 {
   *s = h->stats;
   s->ticks = h->dev.ticks;
-  s->late_ticks = h->dev.late_ticks;
+  s->late_ticks = FW_COUNTER(&h->dev, COUNTER_LATE_TICKS);
   s->mode = h->dev.mode;
   s->fault = h->dev.fault;
   s->rx_frames = h->dev.rx.frames;
   s->rx_crc_errors = h->dev.rx.crc_errors;
   s->rx_bad_frames = h->dev.rx.bad_frames;
-  s->watchdog_trips = h->dev.watchdog_trips;
-  s->stale_ticks = h->dev.stale_ticks;
-  s->stale_commands = h->dev.stale_commands;
-  s->tx_dropped_states = h->dev.tx_dropped_states;
-  s->tx_dropped_replies = h->dev.tx_dropped_replies;
-  s->tx_frames = h->dev.tx_frames;
+  s->watchdog_trips = FW_COUNTER(&h->dev, COUNTER_WATCHDOG_TRIPS);
+  s->stale_ticks = FW_COUNTER(&h->dev, COUNTER_STALE_TICKS);
+  s->stale_commands = FW_COUNTER(&h->dev, COUNTER_STALE_COMMANDS);
+  s->tx_dropped_states = FW_COUNTER(&h->dev, COUNTER_TX_DROPPED_STATES);
+  s->tx_dropped_replies = FW_COUNTER(&h->dev, COUNTER_TX_DROPPED_REPLIES);
+  s->tx_frames = FW_COUNTER(&h->dev, COUNTER_TX_FRAMES);
 }

@@ -72,7 +72,20 @@ int proto_cobs_decode(const uint8_t *in, size_t n, uint8_t *out, size_t cap)
   return (int)o;
 }
 
-/* ---------------------------------------------------------------- little-endian */
+/* ---------------------------------------------------------------- little-endian
+ * On a little-endian machine (AVR, Cortex-M, x86) the wire's byte order is
+ * the machine's and each field is a copy: shifts of a uint64_t are library
+ * calls on AVR, and byte-wise shifts of a uint32_t cost ~40 B a field there.
+ * Elsewhere, shifts (bytes widened to unsigned first: a uint8_t promotes to
+ * int, and with a 16-bit int p[1] << 8 overflows for bytes >= 0x80). */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && !defined(PROTO_SHIFTS)
+static void put_u16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static void put_u32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put_u64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static uint16_t get_u16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static uint32_t get_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t get_u64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+#else
 static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 static void put_u32(uint8_t *p, uint32_t v)
 {
@@ -80,16 +93,9 @@ static void put_u32(uint8_t *p, uint32_t v)
 }
 static void put_u64(uint8_t *p, uint64_t v)
 {
-  for (int k = 0; k < 8; ++k) p[k] = (uint8_t)(v >> (8 * k));
+  put_u32(p, (uint32_t)v);
+  put_u32(p + 4, (uint32_t)(v >> 32));
 }
-static void put_f32(uint8_t *p, float f)
-{
-  uint32_t v;
-  memcpy(&v, &f, 4);
-  put_u32(p, v);
-}
-/* bytes widened to unsigned before shifting: a uint8_t promotes to int, and
- * with a 16-bit int (AVR) p[1] << 8 overflows for bytes >= 0x80 */
 static uint16_t get_u16(const uint8_t *p) { return (uint16_t)((unsigned)p[0] | ((unsigned)p[1] << 8)); }
 static uint32_t get_u32(const uint8_t *p)
 {
@@ -98,6 +104,13 @@ static uint32_t get_u32(const uint8_t *p)
 static uint64_t get_u64(const uint8_t *p)
 {
   return (uint64_t)get_u32(p) | ((uint64_t)get_u32(p + 4) << 32);
+}
+#endif
+static void put_f32(uint8_t *p, float f)
+{
+  uint32_t v;
+  memcpy(&v, &f, 4);
+  put_u32(p, v);
 }
 static float get_f32(const uint8_t *p)
 {
@@ -110,13 +123,22 @@ static float get_f32(const uint8_t *p)
 /* ---------------------------------------------------------------- frames */
 size_t proto_encode(const proto_frame *f, uint8_t *out)
 {
-  uint8_t raw[PROTO_MAX_RAW];
   if (f->len > PROTO_MAX_PAYLOAD) return 0;
+  memcpy(out + PROTO_WIRE_PAYLOAD, f->payload, f->len);
+  return proto_encode_in_place(out, f->type, f->seq, f->len);
+}
+
+size_t proto_encode_in_place(uint8_t *out, uint8_t type, uint32_t seq, uint8_t len)
+{
+  /* the raw frame is assembled at out + 1 and COBS-encoded in place: below
+   * 254 bytes each input byte becomes one output byte one place back, read
+   * before it is overwritten (no second buffer on a 2 KB chip's stack) */
+  uint8_t *raw = out + 1;
+  if (len > PROTO_MAX_PAYLOAD) return 0;
   raw[0] = PROTO_VERSION;
-  raw[1] = f->type;
-  put_u32(raw + 2, f->seq);
-  memcpy(raw + PROTO_HEADER_LEN, f->payload, f->len);
-  const size_t n = (size_t)PROTO_HEADER_LEN + f->len;
+  raw[1] = type;
+  put_u32(raw + 2, seq);
+  const size_t n = (size_t)PROTO_HEADER_LEN + len;
   put_u32(raw + n, proto_crc32(raw, n));
   const size_t w = proto_cobs_encode(raw, n + PROTO_CRC_LEN, out);
   out[w] = 0;
@@ -176,8 +198,10 @@ int proto_decoder_push(proto_decoder *d, uint8_t byte, proto_frame *out)
   d->overflow = 0;
   if (n == 0) return 0;            /* back-to-back delimiters: nothing lost */
   if (overflow) { d->overflows++; return 0; }
-  uint8_t raw[PROTO_MAX_RAW];
-  const int r = proto_cobs_decode(d->buf, n, raw, sizeof raw);
+  /* decoded in place (COBS output never runs ahead of its input): no
+   * second buffer on the stack */
+  uint8_t *raw = d->buf;
+  const int r = proto_cobs_decode(d->buf, n, raw, PROTO_MAX_RAW);
   if (r < PROTO_HEADER_LEN + PROTO_CRC_LEN) { d->bad_frames++; return 0; }
   const size_t body = (size_t)r - PROTO_CRC_LEN;
   if (proto_crc32(raw, body) != get_u32(raw + body)) { d->crc_errors++; return 0; }
@@ -324,12 +348,7 @@ uint8_t proto_pack_status(const proto_status *s, uint8_t *p)
   p[1] = s->fault;
   put_u64(p + 2, s->t_us);
   put_u64(p + 10, s->last_cmd_t_us);
-  const uint32_t counters[12] = {s->rx_frames, s->rx_crc_errors, s->rx_bad_frames,
-                                 s->rx_overflows, s->tx_frames, s->watchdog_trips,
-                                 s->stale_ticks, s->late_ticks, s->stale_commands,
-                                 s->ignored_commands, s->tx_dropped_states,
-                                 s->tx_dropped_replies};
-  for (int k = 0; k < 12; ++k) put_u32(p + 18 + 4 * k, counters[k]);
+  for (int k = 0; k < PROTO_COUNTERS; ++k) put_u32(p + 18 + 4 * k, s->counter[k]);
   return PROTO_STATUS_LEN;
 }
 
@@ -340,12 +359,7 @@ int proto_unpack_status(const uint8_t *p, uint8_t len, proto_status *s)
   s->fault = p[1];
   s->t_us = get_u64(p + 2);
   s->last_cmd_t_us = get_u64(p + 10);
-  uint32_t *counters[12] = {&s->rx_frames, &s->rx_crc_errors, &s->rx_bad_frames,
-                            &s->rx_overflows, &s->tx_frames, &s->watchdog_trips,
-                            &s->stale_ticks, &s->late_ticks, &s->stale_commands,
-                            &s->ignored_commands, &s->tx_dropped_states,
-                            &s->tx_dropped_replies};
-  for (int k = 0; k < 12; ++k) *counters[k] = get_u32(p + 18 + 4 * k);
+  for (int k = 0; k < PROTO_COUNTERS; ++k) s->counter[k] = get_u32(p + 18 + 4 * k);
   return 0;
 }
 

@@ -123,12 +123,20 @@ typedef struct {
   uint8_t result, mode;
 } proto_ack;
 
+/* STATUS counters, in their wire order (PROTOCOL.md's counter table; the
+ * names are the host codec's field names). An array, not twelve fields: on
+ * AVR each 32-bit field copied by name costs ~36 B of code. */
+enum {
+  COUNTER_RX_FRAMES, COUNTER_RX_CRC_ERRORS, COUNTER_RX_BAD_FRAMES, COUNTER_RX_OVERFLOWS,
+  COUNTER_TX_FRAMES, COUNTER_WATCHDOG_TRIPS, COUNTER_STALE_TICKS, COUNTER_LATE_TICKS,
+  COUNTER_STALE_COMMANDS, COUNTER_IGNORED_COMMANDS, COUNTER_TX_DROPPED_STATES,
+  COUNTER_TX_DROPPED_REPLIES, PROTO_COUNTERS
+};
+
 typedef struct {
   uint8_t mode, fault;
   uint64_t t_us, last_cmd_t_us;
-  uint32_t rx_frames, rx_crc_errors, rx_bad_frames, rx_overflows;
-  uint32_t tx_frames, watchdog_trips, stale_ticks, late_ticks;
-  uint32_t stale_commands, ignored_commands, tx_dropped_states, tx_dropped_replies;
+  uint32_t counter[PROTO_COUNTERS];  /* COUNTER_* */
 } proto_status;
 
 typedef struct {
@@ -147,7 +155,8 @@ typedef struct {
 #define PROTO_PARAM_SET_LEN 6
 
 uint32_t proto_crc32(const uint8_t *data, size_t n);
-/* COBS without the delimiter. encode returns the output length; decode
+/* COBS without the delimiter (decode may write over its input: out == in).
+ * encode returns the output length; decode
  * returns it too, or -1 if the input is not valid COBS or exceeds cap. */
 size_t proto_cobs_encode(const uint8_t *in, size_t n, uint8_t *out);
 int proto_cobs_decode(const uint8_t *in, size_t n, uint8_t *out, size_t cap);
@@ -155,6 +164,10 @@ int proto_cobs_decode(const uint8_t *in, size_t n, uint8_t *out, size_t cap);
 /* Whole frame to wire bytes (COBS + 0x00); out needs PROTO_MAX_WIRE bytes.
  * Returns the byte count, 0 if the payload is too long. */
 size_t proto_encode(const proto_frame *f, uint8_t *out);
+/* The same for a payload of len bytes already at out + PROTO_WIRE_PAYLOAD
+ * (where a device packs it: no frame to copy it from). */
+#define PROTO_WIRE_PAYLOAD (1 + PROTO_HEADER_LEN)
+size_t proto_encode_in_place(uint8_t *out, uint8_t type, uint32_t seq, uint8_t len);
 /* The payload length a message of this type must have (STATE: given its n
  * byte), or -1 for an unknown type or bad n. */
 int proto_expected_len(uint8_t type, const uint8_t *payload, uint8_t len);

@@ -130,10 +130,10 @@ def transitions(system: str, preset: str, grid: DPGrid):
     return np.stack(idx), np.stack(w), np.stack(r), sim.model.v_max
 
 
-def bellman(values: np.ndarray, idx, w, r) -> tuple[np.ndarray, np.ndarray]:
-    """One sweep: max over actions of r + V(f), and the maximising action index."""
+def bellman(values: np.ndarray, idx, w, r, gamma: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """One sweep: max over actions of r + gamma V(f), and the maximising action index."""
     flat = values.reshape(-1)
-    q = r + (flat[idx] * w).sum(-1)       # (n_actions, S)
+    q = r + gamma * (flat[idx] * w).sum(-1)       # (n_actions, S)
     best = q.argmax(0)
     return q.max(0).reshape(values.shape), best.reshape(values.shape)
 
@@ -150,6 +150,20 @@ def value_iteration(system: str = "pendulum", preset: str = "gym", grid: DPGrid 
         if change < grid.tol:
             break
     return ValueTable(values, v_max), sweep, change
+
+
+def horizon_values(steps: int, gamma: float, system: str = "pendulum", preset: str = "gym",
+                   grid: DPGrid = DPGrid()) -> ValueTable:
+    """The best return of ``steps`` decisions discounted by ``gamma``, nothing
+    after them: ``steps - 1`` sweeps from V = 0, the last decision being the
+    controller's own look-ahead (``OptimalPendulum(..., gamma=gamma)``). This
+    is the objective a GRPO branch optimises for a loss step that sees
+    ``steps`` rewards ahead (docs/grpo.md §9: what the objective costs)."""
+    idx, w, r, v_max = transitions(system, preset, grid)
+    values = np.zeros((grid.n_angle, grid.n_speed))
+    for _ in range(steps - 1):
+        values, _ = bellman(values, idx, w, r, gamma)
+    return ValueTable(values, v_max)
 
 
 def _cache_key(system: str, preset: str, grid: DPGrid) -> str:
@@ -186,10 +200,12 @@ def load_or_compute(system: str = "pendulum", preset: str = "gym",
 class OptimalPendulum(nn.Module):
     """Feedback from the value table by one step of look-ahead (see module doc)."""
 
-    def __init__(self, spec: PlantSpec, table: ValueTable, lookahead_actions: int = 81):
+    def __init__(self, spec: PlantSpec, table: ValueTable, lookahead_actions: int = 81,
+                 gamma: float = 1.0):
         super().__init__()
         self.spec = spec
         self.table = table
+        self.gamma = float(gamma)  # discount of the table's values (horizon_values)
         self.torques = np.linspace(-spec.u_max, spec.u_max, lookahead_actions)
         self._sim = None
 
@@ -206,7 +222,7 @@ class OptimalPendulum(nn.Module):
         xs = np.repeat(x, k, axis=0)
         us = np.tile(self.torques, n)
         xn, r = one_step(self._scratch(n * k), xs, us)
-        q = (r + self.table(xn[:, 0], xn[:, 1])).reshape(n, k)
+        q = (r + self.gamma * self.table(xn[:, 0], xn[:, 1])).reshape(n, k)
         u = self.torques[q.argmax(1)]
         return torch.as_tensor(u, dtype=torch.float32).reshape(-1, 1)
 
