@@ -177,7 +177,8 @@ def report(results: dict, baseline: dict, realistic: int, held: int) -> str:
             rel.append(d.mean() / abs(b["returns"].mean()))
             lines.append(f"- seed {a['seed']}: {d.mean():+.1f} ± "
                          f"{d.std(ddof=1) / np.sqrt(d.size):.1f} "
-                         f"({100 * rel[-1]:+.1f}% of the nominal policy's {b['returns'].mean():.1f})")
+                         f"({100 * rel[-1]:+.1f}% of the nominal policy's "
+                         f"{b['returns'].mean():.1f})")
         lines.append(f"- mean over seeds: {mean_se(rel, '{:+.1f}', 100)} %")
     return "\n".join(lines)
 
@@ -230,7 +231,8 @@ def main(argv=None) -> int:
                  f"side by side, median of {args.cost_iterations}: "
                  + ", ".join(f"{v} {1e3 * c:.0f} ms" for v, c in cost.items())
                  + f"; randomised / nominal {cost['randomised'] / cost['nominal']:.2f}")
-    print(f"\n## {plant[0]}/{plant[1]}, seeds {args.seeds} (evaluation {time.perf_counter() - t:.0f} s, "
+    print(f"\n## {plant[0]}/{plant[1]}, seeds {args.seeds} (evaluation "
+          f"{time.perf_counter() - t:.0f} s, "
           f"load {os.getloadavg()[0]:.1f})\n\n{text}")
     return 0
 

@@ -136,7 +136,8 @@ SYSTEM_DEFAULTS = {
     # lr 1.5e-3: with overlap, 100 % success on both seeds tried (2e-3: 97 % and 100 %)
     ("furuta", "qube-servo2"): {"action_repeat": 5, "horizon": 120, "loss_steps": 60,
                                 "gamma": 0.99, "lr": 1.5e-3, "time_budget": 120.0,
-                                "eval_every": 20.0, "eval_episodes": 50, "w_du": 0.02},
+                                "eval_every": 20.0, "eval_episodes": 50, "w_du": 0.02,
+                                "w_smooth": 0.3},  # seeds 0-2: chatter 6.0% vs 10.0% without
 }
 
 
