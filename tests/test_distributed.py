@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from grpo_ctrl import cli, distributed
 from grpo_ctrl.distributed import Ranks
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo import Trainer
-from grpo_ctrl.grpo_config import GRPOConfig
+from grpo_ctrl.grpo_config import GRPOConfig, default_config
 from grpo_ctrl.policy import GaussianPolicy, RunningNorm
 from grpo_ctrl.train import train
 
@@ -155,7 +156,8 @@ def test_one_process_is_the_plain_trainer(tmp_path):
     assert cli.main(["train", "--out", str(out), "--iterations", "3", "--nproc", "1",
                      "--overlap", "false", *TINY_FLAGS]) == 0
     saved = GaussianPolicy.from_checkpoint(torch.load(out / "latest.pt", weights_only=True))
-    plain = Trainer(GRPOConfig(seed=2, iterations=3, **TINY), "pendulum", "gym")
+    cfg = replace(default_config("pendulum", "gym"), seed=2, iterations=3, **TINY)
+    plain = Trainer(cfg, "pendulum", "gym")  # the plant's defaults, as the command line has
     for i in range(3):
         plain.set_progress(i / 3)
         plain.step()
@@ -185,17 +187,25 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def test_a_killed_rank_is_reported_in_one_line_without_a_hang(tmp_path):
-    out = tmp_path / "killed"
+def _training_with_two_ranks(out):
+    """`train --nproc 2` started, returned once its first metrics row is written."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "grpo_ctrl", "train", "--nproc", "2", "--out", str(out),
          *TINY_FLAGS, "--time-budget", "300"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "metrics.jsonl").is_file() or not (out / "metrics.jsonl").stat().st_size:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(proc.communicate())
+        time.sleep(0.2)
+    return proc
+
+
+def test_a_killed_rank_is_reported_in_one_line_without_a_hang(tmp_path):
+    out = tmp_path / "killed"
+    proc = _training_with_two_ranks(out)
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "metrics.jsonl").is_file() or not (out / "metrics.jsonl").stat().st_size:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.2)
         workers = _children(proc.pid)
         assert len(workers) == 2, workers
         os.kill(workers[1], signal.SIGKILL)
@@ -217,15 +227,8 @@ def test_sigterm_to_the_launcher_alone_stops_every_rank_cleanly(tmp_path):
     group: the ranks must stop after their iteration, as with Ctrl-C, and
     the run folder must be resumable."""
     out = tmp_path / "stopped"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "grpo_ctrl", "train", "--nproc", "2", "--out", str(out),
-         *TINY_FLAGS, "--time-budget", "300"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _training_with_two_ranks(out)
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "metrics.jsonl").is_file() or not (out / "metrics.jsonl").stat().st_size:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.2)
         workers = _children(proc.pid)
         os.kill(proc.pid, signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
