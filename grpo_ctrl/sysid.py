@@ -292,6 +292,18 @@ def _to_physical(to_phys, theta: np.ndarray, cov: np.ndarray, X: np.ndarray) -> 
     return {"phys": phys, "std": sd, "corr": corr, "cond": cond}
 
 
+def _best_delay(model, segments: list, max_delay: int, fit) -> dict:
+    """``fit(d, trim) -> (rms, theta, X, r)`` for every delay 0..max_delay;
+    the delay of the smallest rms, its fit in coefficients and in physical
+    parameters (``model._physical``) with their covariance."""
+    dt = segments[0].dt
+    trim = int(0.2 / dt)
+    results = [(*fit(d, trim), d) for d in range(max_delay + 1)]
+    rms, theta, X, r, d = min(results, key=lambda x: x[0])
+    out = _to_physical(model._physical, theta, _covariance(X, r, dt, model.cutoff_hz), X)
+    return {"delay": d, "rms": rms, "rms_by_delay": [x[0] for x in results], **out}
+
+
 class PendulumModel:
     """The pendulum's regression and its simulator plant. The fitted
     vector: (m, l, b, fc, offset)."""
@@ -330,19 +342,14 @@ class PendulumModel:
     def least_squares(self, segments: list[_Segment], max_delay: int) -> dict:
         """The linear fit for every delay 0..max_delay; the best one with its
         covariance, in coefficients and in physical parameters."""
-        dt = segments[0].dt
-        trim = int(0.2 / dt)
-        results = []
-        for d in range(max_delay + 1):
+        def fit(d, trim):
             parts = [self._regressor(s, d, trim) for s in segments]
             X = np.concatenate([p[0] for p in parts])
             y = np.concatenate([p[1] for p in parts])
             theta, *_ = np.linalg.lstsq(X, y, rcond=None)
             r = y - X @ theta
-            results.append((float(np.sqrt(np.mean(r * r))), d, theta, X, r))
-        rms, d, theta, X, r = min(results, key=lambda x: x[0])
-        out = _to_physical(self._physical, theta, _covariance(X, r, dt, self.cutoff_hz), X)
-        return {"delay": d, "rms": rms, "rms_by_delay": [x[0] for x in results], **out}
+            return float(np.sqrt(np.mean(r * r))), theta, X, r
+        return _best_delay(self, segments, max_delay, fit)
 
     def plant(self, P: np.ndarray, D: np.ndarray) -> dict:
         """``BatchSim.set_plant`` values of candidates ``P (C, 6)`` (the
@@ -422,10 +429,7 @@ class FurutaModel:
         by its residual's inverse rms, the offset used in the nonlinear
         terms refined from the gravity term's phase; the delay with the
         smallest arm residual (in command units) wins."""
-        dt = segments[0].dt
-        trim = int(0.2 / dt)
-        results = []
-        for d in range(max_delay + 1):
+        def fit(d, trim):
             offset, w = 0.0, np.ones(2)
             for _ in range(3):
                 parts = [self._regressor(s, d, offset, trim) for s in segments]
@@ -440,10 +444,8 @@ class FurutaModel:
                 offset = math.atan2(theta[5], theta[4])
             X = np.vstack([w[0] * arm, w[1] * pend])
             r = np.concatenate([w[0] * r_arm, w[1] * r_pend])
-            results.append((float(np.sqrt(np.mean(r_arm ** 2))), d, theta, X, r))
-        rms, d, theta, X, r = min(results, key=lambda x: x[0])
-        out = _to_physical(self._physical, theta, _covariance(X, r, dt, self.cutoff_hz), X)
-        return {"delay": d, "rms": rms, "rms_by_delay": [x[0] for x in results], **out}
+            return float(np.sqrt(np.mean(r_arm ** 2))), theta, X, r
+        return _best_delay(self, segments, max_delay, fit)
 
     def plant(self, P: np.ndarray, D: np.ndarray) -> dict:
         out = {k: self.base[k] for k in ("g", "rm", "mr", "mp")}
