@@ -261,8 +261,10 @@ def test_two_launcher_processes_train_together_like_local_workers(tmp_path):
     nodes = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
          "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "test",
+         # one node hosts the store: on one machine both would match the endpoint and race
+         "--rdzv-conf", f"is_host={int(node == 0)}",
          "-m", "grpo_ctrl", "train", "--out", str(out), "--iterations", "3", *TINY_FLAGS],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in range(2)]
     try:
         logs = [n.communicate(timeout=240)[0] for n in nodes]
     finally:
