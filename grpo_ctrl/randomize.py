@@ -197,15 +197,17 @@ def default_randomization(system: str, preset: str) -> Randomization:
 FIT_SIGMAS = 3.0     # standard errors of the fit ...
 FIT_FLOOR = 0.10     # ... but at least this share of the value (what a fit does not see:
                      # temperature, wear, another payload)
+HOST_TICK = 1        # a fit's delay counts from the applied command; a host-side policy's
+                     # command applies from the tick after the measurement it answers
 
 
 def centred_on_fit(base: Randomization, params: dict, std: dict, delay: int,
                    offset: float, offset_std: float = 0.0) -> Randomization:
     """``base`` with every physical parameter but g drawn around a fitted
     plant (``grpo_ctrl.plant_file.PlantValues``): value +- max(3 std, 10%),
-    the delay within a step of the fitted one, and encoder offsets up to the
-    fitted one's size (+ 3 std); the rest of ``base`` (motor, noise, pushes)
-    stays."""
+    the delay within a step of the fitted one plus the host loop's tick
+    (HOST_TICK), and encoder offsets up to the fitted one's size (+ 3 std);
+    the rest of ``base`` (motor, noise, pushes) stays."""
     absolute = {}
     for name, v in params.items():
         if name in FIXED_PARAMS:
@@ -213,5 +215,5 @@ def centred_on_fit(base: Randomization, params: dict, std: dict, delay: int,
         half = max(FIT_SIGMAS * float(std.get(name, 0.0)), FIT_FLOOR * abs(v))
         absolute[name] = (max(v - half, 0.05 * v), v + half)  # positive where v is
     return replace(base, params=0.0, scale={}, absolute=absolute,
-                   delay=(max(0, int(delay) - 1), int(delay) + 1),
+                   delay=(int(delay) + HOST_TICK - 1, int(delay) + HOST_TICK + 1),
                    offset=max(base.offset, abs(offset) + FIT_SIGMAS * offset_std))

@@ -72,8 +72,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "launcher sets the processes: leave this out)")
     p.add_argument("--plant", metavar="FILE.toml",
                    help="a fitted rig (grpo-ctrl sysid --out): every parameter drawn within "
-                        "max(3 std, 10%%) of the fit, the delay within a step of it, encoder "
-                        "offsets up to its size; then --randomize applies")
+                        "max(3 std, 10%%) of the fit, the delay within a step of it plus the "
+                        "host loop's tick, encoder offsets up to its size; then --randomize "
+                        "applies")
     p.add_argument("--randomize", action="append", default=[], metavar="KEY=VALUE",
                    help="domain randomisation over the plant's default ranges (pendulum/rig "
                         "and furuta/qube-servo2 draw by default; docs/robustness.md): "

@@ -122,7 +122,9 @@ def test_bad_plant_flags_get_one_line(capsys, args, message):
 
 def test_train_plant_centres_the_randomisation_on_the_fit(tmp_path):
     """train --plant: every drawn plant lies within max(3 std, 10%) of the
-    fit, the delay within a step of it; the draws cover the range."""
+    fit, the delay within a step of it plus the host loop's tick (the fit
+    counts from the applied command, which a host's policy sets a tick after
+    the measurement); the draws cover the range."""
     import argparse
 
     from grpo_ctrl.train import add_arguments, resolve
@@ -135,12 +137,12 @@ def test_train_plant_centres_the_randomisation_on_the_fit(tmp_path):
                                           "--out", str(tmp_path / "run")]))
     assert randomize.absolute["m"] == pytest.approx((0.17, 0.23))       # 3 std = 15%
     assert randomize.absolute["l"] == pytest.approx((0.225, 0.275))     # the 10% floor
-    assert randomize.delay == (1, 3) and randomize.offset >= 0.033
+    assert randomize.delay == (2, 4) and randomize.offset >= 0.033
     sim = BatchSim("pendulum", 4000, preset="rig", randomize=randomize, seed=1)
     sim.reset()
     drawn = sim.plant()
     assert 0.17 <= drawn["m"].min() < 0.175 and 0.225 < drawn["m"].max() <= 0.23
-    assert set(np.unique(drawn["delay"])) == {1, 2, 3}
+    assert set(np.unique(drawn["delay"])) == {2, 3, 4}
     assert np.all(drawn["g"] == 9.81)
     with pytest.raises(UserError, match="not a parameter"):
         bad = tmp_path / "bad.toml"
