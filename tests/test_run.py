@@ -119,7 +119,7 @@ def test_balances_through_corrupted_bytes_and_dropped_frames(swingup, tmp_path):
     assert s["lost_frames"] / seen == pytest.approx(1 - 0.95 * 0.99 ** 44, abs=0.05)
     assert stats["tx_dropped"] > 0.03 * stats["tx_frames"]
     assert s["crc_errors"] + s["bad_frames"] > 0.1 * s["states_received"]
-    assert s["keepalive_commands"] > 0 and stats["watchdog_trips"] == 0
+    assert stats["watchdog_trips"] == 0
 
 
 def test_sigint_disarms_and_the_device_acknowledges(swingup, tmp_path):

@@ -165,7 +165,7 @@ static void send_status(fw_device *d, uint8_t type)
   s.mode = d->mode;
   s.fault = d->fault;
   s.t_us = d->hw.micros(d->hw.ctx);
-  s.last_cmd_t_us = d->last_cmd_t_us;
+  s.info_t_us = d->info_t_us;
   memcpy(s.counter + COUNTER_TX_FRAMES, d->counter, sizeof d->counter);
   s.counter[COUNTER_RX_FRAMES] = d->rx.frames;
   s.counter[COUNTER_RX_CRC_ERRORS] = d->rx.crc_errors;
@@ -309,13 +309,18 @@ static void on_command(fw_device *d, const proto_frame *f, uint64_t now)
   /* only a command newer than the last accepted one (by frame seq, modulo
    * 2^32: 1 .. 2^31 - 1 ahead) counts: a duplicate, a stale or a reordered
    * frame neither applies nor feeds the watchdog */
-  if (d->have_cmd_seq && (uint32_t)(f->seq - d->last_cmd_seq - 1u) >= 0x7FFFFFFFu) {
+  /* and only one that answers a STATE this device sent: its echoed time is
+   * not after the newest STATE's (modulo 2^32, at most 2^31 - 1 before) */
+  const uint32_t before_newest = (uint32_t)d->prev_t_us - c.state_t_us;
+  if ((d->have_cmd_seq && (uint32_t)(f->seq - d->last_cmd_seq - 1u) >= 0x7FFFFFFFu) ||
+      !d->have_prev || before_newest >= 0x80000000u) {
     FW_COUNTER(d, COUNTER_STALE_COMMANDS)++;
     return;
   }
   d->have_cmd_seq = 1;
   d->last_cmd_seq = f->seq;
-  d->last_cmd_t_us = now;
+  /* the watchdog counts from the time of the STATE answered (PROTOCOL.md) */
+  d->info_t_us = d->prev_t_us > before_newest ? d->prev_t_us - before_newest : 0;
   /* latency: this arrival minus the time of the STATE answered, as the
    * command echoes it (low 32 bits, modulo 2^32) */
   uint32_t latency = (uint32_t)now - c.state_t_us;
@@ -352,7 +357,7 @@ static void on_frame(fw_device *d, const proto_frame *f)
       if (d->mode != MODE_ARMED) {
         stop_actuator(d);
         d->mode = MODE_ARMED;
-        d->last_cmd_t_us = now;  /* the first command is due within the watchdog time */
+        d->info_t_us = now;  /* the first command is due within the watchdog time */
         d->applied_flags = 0;
       }
       send_ack(d, f, RESULT_OK);
@@ -427,6 +432,17 @@ uint8_t fw_observation(const fw_device *d, float *obs)
 }
 
 /* ---------------------------------------------------------------- the tick */
+/* The watchdog's measure: how old the information the actuator would act on
+ * is at this tick's due time (its start less the lateness the back-end
+ * reports, so a tick the device itself ran late does not count against the
+ * host). Information from after the due time (a late STATE answered
+ * before this tick, an ARM that came late) is 0 old. */
+static uint32_t info_age_us(const fw_device *d, uint64_t now)
+{
+  const uint64_t due = now > d->tick_late_us ? now - d->tick_late_us : 0;
+  return due > d->info_t_us ? elapsed_us(due, d->info_t_us) : 0;
+}
+
 /* The command for this tick in CONTROL_HOST: the newest one received. */
 static void apply_host_command(fw_device *d)
 {
@@ -483,11 +499,12 @@ void fw_tick(fw_device *d)
   d->prev_t_us = now;
   d->have_prev = 1;
   d->ticks++;
-  if (d->tick_late) FW_COUNTER(d, COUNTER_LATE_TICKS)++;
+  const uint8_t late = d->tick_late_us >= d->cfg.period_us;
+  if (late) FW_COUNTER(d, COUNTER_LATE_TICKS)++;
 
   if (d->mode == MODE_ARMED) {
     const uint8_t limit = limit_fault(d);
-    if (elapsed_us(now, d->last_cmd_t_us) >= d->cfg.watchdog_us) enter_fault(d, FAULT_WATCHDOG);
+    if (info_age_us(d, now) > d->cfg.watchdog_us) enter_fault(d, FAULT_WATCHDOG);
     else if (limit != FAULT_NONE) enter_fault(d, limit);
   }
   if (d->mode == MODE_ARMED) {
@@ -508,7 +525,7 @@ void fw_tick(fw_device *d)
   s.actuator = d->applied_u;
   s.mode = d->mode;
   s.fault = d->fault;
-  s.flags = (uint8_t)(d->applied_flags | (d->tick_late ? FLAG_LATE : 0) | d->extra_flags);
+  s.flags = (uint8_t)(d->applied_flags | (late ? FLAG_LATE : 0) | d->extra_flags);
   s.n = d->cfg.n_channels;
   for (int c = 0; c < PROTO_MAX_CHANNELS; ++c) {
     s.pos[c] = counts[c];

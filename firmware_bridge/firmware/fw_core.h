@@ -29,7 +29,7 @@
 #include "fw_hw.h"
 #include "proto.h"
 
-#define FW_VERSION 2
+#define FW_VERSION 3
 #ifndef FW_TX_BUF         /* transmit ring, bytes (>= PROTO_MAX_WIRE) */
 #if defined(__AVR__)
 #define FW_TX_BUF 128     /* an INFO, or a STATE and a STATUS: the Uno has 2 KB of RAM */
@@ -74,7 +74,8 @@ typedef struct {
   uint8_t applied_flags;
   uint32_t rx_latency_max_us;    /* worst latency of the commands accepted this
                                     period, LATENCY_UNKNOWN if none */
-  uint64_t last_cmd_t_us;        /* arrival of the last accepted command (or arming) */
+  uint64_t info_t_us;            /* the watchdog counts from here: the time of the STATE
+                                    the newest accepted command answers (or of arming) */
   /* sensing */
   uint8_t have_prev;
   int32_t prev_counts[PROTO_MAX_CHANNELS];
@@ -97,7 +98,8 @@ typedef struct {
   /* counters (STATUS) */
   uint32_t counter[PROTO_COUNTERS - COUNTER_TX_FRAMES];  /* FW_COUNTER; rx: the decoder's */
   uint32_t ticks;
-  uint8_t tick_late;             /* set by the back-end before fw_tick */
+  uint32_t tick_late_us;         /* set by the back-end before fw_tick: how long after
+                                    its due time this tick started (0: on time) */
   uint8_t extra_flags;           /* ORed into STATE flags by the back-end */
 } fw_device;
 

@@ -347,7 +347,7 @@ uint8_t proto_pack_status(const proto_status *s, uint8_t *p)
   p[0] = s->mode;
   p[1] = s->fault;
   put_u64(p + 2, s->t_us);
-  put_u64(p + 10, s->last_cmd_t_us);
+  put_u64(p + 10, s->info_t_us);
   for (int k = 0; k < PROTO_COUNTERS; ++k) put_u32(p + 18 + 4 * k, s->counter[k]);
   return PROTO_STATUS_LEN;
 }
@@ -358,7 +358,7 @@ int proto_unpack_status(const uint8_t *p, uint8_t len, proto_status *s)
   s->mode = p[0];
   s->fault = p[1];
   s->t_us = get_u64(p + 2);
-  s->last_cmd_t_us = get_u64(p + 10);
+  s->info_t_us = get_u64(p + 10);
   for (int k = 0; k < PROTO_COUNTERS; ++k) s->counter[k] = get_u32(p + 18 + 4 * k);
   return 0;
 }

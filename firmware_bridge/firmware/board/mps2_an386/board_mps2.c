@@ -217,7 +217,7 @@ int main(void)
       uint8_t terminated, truncated;
       ps_step(&model, &data, &u, 0, 0, &terminated, &truncated, 0, 0);
     }
-    dev.tick_late = now >= next + period;
+    dev.tick_late_us = now - next > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)(now - next);
     dev.extra_flags = armed_once ? 0 : FLAG_HELD;
     fw_tick(&dev);
     next += period;
