@@ -74,8 +74,9 @@ typedef struct {
   uint8_t applied_flags;
   uint32_t rx_latency_max_us;    /* worst latency of the commands accepted this
                                     period, LATENCY_UNKNOWN if none */
-  uint64_t info_t_us;            /* the watchdog counts from here: the time of the STATE
-                                    the newest accepted command answers (or of arming) */
+  uint32_t info_t_us;            /* the watchdog counts from here: the time of the STATE
+                                    the newest accepted command answers (or of arming),
+                                    low 32 bits */
   /* sensing */
   uint8_t have_prev;
   int32_t prev_counts[PROTO_MAX_CHANNELS];
