@@ -84,17 +84,16 @@ class FakeBoard:
         return seq
 
     def tick(self, n=1, dt=PERIOD):
+        """``n`` ticks ``dt`` apart, each on time."""
         for _ in range(n):
             self.t += dt
-            lib.fw_tick(self.dev)
+            lib.fw_tick(self.dev, self.t % 2**32)
 
     def late_tick(self, due, late):
         """A tick due at ``due`` that the back-end runs ``late`` us after it
-        (the HIL's thread stalled), and says so."""
+        (the HIL's thread stalled)."""
         self.t = due + late
-        self.dev.tick_late_us = late
-        lib.fw_tick(self.dev)
-        self.dev.tick_late_us = 0
+        lib.fw_tick(self.dev, due % 2**32)
 
     def frames(self):
         """(seq, message) of everything the device wrote since the last call."""
@@ -179,6 +178,24 @@ def test_a_late_tick_and_a_late_command_do_not_trip_the_watchdog(late_state, lat
     assert status.watchdog_trips == 0 and status.late_ticks == 0
     # the watchdog counts from the time of the STATE the command answers
     assert status.info_t_us == due + PERIOD + late_state
+
+
+def test_a_wrong_due_time_forgives_at_most_the_watchdog():
+    """A back-end whose schedule is stuck (it passes the same due time every
+    tick) and a host gone silent: the device forgives itself at most
+    watchdog_us of lateness, so it trips 5 periods after the answered STATE
+    (at most twice the watchdog and a period) instead of never; with the
+    right due times it trips at the third tick."""
+    b = FakeBoard()                                      # watchdog: two periods
+    b.arm()
+    b.tick()
+    b.answer(0.1)
+    stuck = b.t
+    for _ in range(5):
+        b.t += PERIOD
+        lib.fw_tick(b.dev, stuck)
+    modes = [s.mode for s in b.of(P.State, b.frames())]
+    assert modes == [P.MODE_ARMED] * 4 + [P.MODE_FAULT]
 
 
 def test_commands_answering_old_states_do_not_keep_the_device_armed():

@@ -434,16 +434,19 @@ uint8_t fw_observation(const fw_device *d, float *obs)
 
 /* ---------------------------------------------------------------- the tick */
 /* The watchdog's measure: how old the information the actuator would act on
- * is at this tick's due time (its start less the lateness the back-end
- * reports, so a tick the device itself ran late does not count against the
- * host). Information from after the due time (a late STATE answered
- * before this tick, an ARM that came late) is 0 old. In 32 bits, modulo
- * 2^32 (64-bit arithmetic costs ~300 bytes more on AVR): exact while the
- * device ticks at least every 35 minutes, as the watchdog trips within 10 s. */
-static uint32_t info_age_us(const fw_device *d, uint64_t now)
+ * is at this tick's due time, so that a tick the device itself ran late
+ * does not count against the host; at most watchdog_us of lateness is
+ * forgiven (a back-end that passes a wrong due time still trips within
+ * twice the watchdog). Information from after the due time (a late STATE
+ * answered before this tick, an ARM that came late) is 0 old. In 32 bits,
+ * modulo 2^32 (64-bit arithmetic costs ~300 bytes more on AVR): exact while
+ * the device ticks at least every 35 minutes, as the watchdog trips within
+ * 10 s. */
+static uint32_t info_age_us(const fw_device *d, uint32_t now, uint32_t late_us)
 {
-  const uint32_t age = (uint32_t)now - d->info_t_us;
-  return age > d->tick_late_us ? age - d->tick_late_us : 0;
+  if (late_us > d->cfg.watchdog_us) late_us = d->cfg.watchdog_us;
+  const uint32_t age = (uint32_t)(now - late_us) - d->info_t_us;
+  return age < 0x80000000u ? age : 0;
 }
 
 /* The command for this tick in CONTROL_HOST: the newest one received. */
@@ -477,7 +480,7 @@ static void apply_device_command(fw_device *d)
   d->applied_flags = (uint8_t)(FLAG_FRESH | FLAG_ON_DEVICE | (clamped ? FLAG_CLAMPED : 0));
 }
 
-void fw_tick(fw_device *d)
+void fw_tick(fw_device *d, uint32_t due_us)
 {
   const uint64_t now = d->hw.micros(d->hw.ctx);
   int32_t counts[PROTO_MAX_CHANNELS] = {0};
@@ -502,12 +505,14 @@ void fw_tick(fw_device *d)
   d->prev_t_us = now;
   d->have_prev = 1;
   d->ticks++;
-  const uint8_t late = d->tick_late_us >= d->cfg.period_us;
+  uint32_t late_us = (uint32_t)now - due_us;  /* modulo 2^32; a due time ahead: on time */
+  if (late_us >= 0x80000000u) late_us = 0;
+  const uint8_t late = late_us >= d->cfg.period_us;
   if (late) FW_COUNTER(d, COUNTER_LATE_TICKS)++;
 
   if (d->mode == MODE_ARMED) {
     const uint8_t limit = limit_fault(d);
-    if (info_age_us(d, now) > d->cfg.watchdog_us) enter_fault(d, FAULT_WATCHDOG);
+    if (info_age_us(d, (uint32_t)now, late_us) > d->cfg.watchdog_us) enter_fault(d, FAULT_WATCHDOG);
     else if (limit != FAULT_NONE) enter_fault(d, limit);
   }
   if (d->mode == MODE_ARMED) {

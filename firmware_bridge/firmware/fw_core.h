@@ -9,7 +9,7 @@
  *     fw_init(&dev, &config, &hw);
  *     for (;;) {
  *       feed received serial bytes to fw_receive(&dev, bytes, n);
- *       when the control period has elapsed: fw_tick(&dev);
+ *       when the control period has elapsed: fw_tick(&dev, due);
  *       fw_transmit(&dev);   (hand queued bytes to the line as it has room)
  *     }
  * Commands take effect at the next tick (the actuator is updated once per
@@ -99,8 +99,6 @@ typedef struct {
   /* counters (STATUS) */
   uint32_t counter[PROTO_COUNTERS - COUNTER_TX_FRAMES];  /* FW_COUNTER; rx: the decoder's */
   uint32_t ticks;
-  uint32_t tick_late_us;         /* set by the back-end before fw_tick: how long after
-                                    its due time this tick started (0: on time) */
   uint8_t extra_flags;           /* ORed into STATE flags by the back-end */
 } fw_device;
 
@@ -112,8 +110,11 @@ void fw_init(fw_device *d, const fw_config *cfg, const fw_hw *hw);
 /* Bytes that arrived on the serial line. */
 void fw_receive(fw_device *d, const uint8_t *bytes, size_t n);
 /* One control period: sense, estimate velocity, watchdog and limits, run the
- * on-device controller if it is in charge, actuate, queue a STATE. */
-void fw_tick(fw_device *d);
+ * on-device controller if it is in charge, actuate, queue a STATE. due_us:
+ * when the back-end's schedule wanted this tick, low 32 bits of the micros()
+ * clock (a timer-driven board: the tick's start): the watchdog is checked at
+ * that time, and a tick a period or more after it is LATE. */
+void fw_tick(fw_device *d, uint32_t due_us);
 /* Hand queued output to serial_write, as much as serial_room allows. Called
  * by fw_receive and fw_tick; call it from the main loop too, so frames go
  * out as the line drains. */

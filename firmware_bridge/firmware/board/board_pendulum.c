@@ -147,8 +147,7 @@ void board_loop(void)
   const uint32_t now = (uint32_t)micros();
   const int32_t overdue = (int32_t)(now - next_tick);
   if (overdue >= 0) {
-    dev.tick_late_us = (uint32_t)overdue;
-    fw_tick(&dev);
+    fw_tick(&dev, next_tick);
     next_tick += PERIOD_US;
     if (overdue >= (int32_t)PERIOD_US) next_tick = now + PERIOD_US;  /* never burst to catch up */
   }

@@ -242,7 +242,7 @@ int main(void)
     receive += clock_now() - t0;
     fake_now += 1000;
     t0 = clock_now();
-    fw_tick(&dev);
+    fw_tick(&dev, (uint32_t)fake_now);
     tick += clock_now() - t0;
     float obs[POLICY_NOBS], u;
     for (unsigned k = 0; k < POLICY_NOBS; ++k) obs[k] = CHECK_OBS(k);
@@ -264,7 +264,7 @@ int main(void)
                                  proto_pack_command(&c, keep_alive), wire));
     fake_now += 5000;
     const uint32_t t0 = clock_now();
-    fw_tick(&dev);
+    fw_tick(&dev, (uint32_t)fake_now);
     ondevice += clock_now() - t0;
   }
   put_line("tick", tick);
