@@ -381,7 +381,10 @@ def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
         srcs = [folder / n for n in ("target_check.c", "fw_core.c", "proto.c", "policy.c")]
         if b.name == "uno":  # whether it fits the Uno is the sketch build's measurement
             b = CHECK_AVR
-        objs = [compile_object(b, c, folder / f"{c.name}.o", (), (folder,)) for c in srcs]
+        # -fno-ipa-icf: the measured_* wrappers stay apart (target_check.c)
+        objs = [compile_object(b, c, folder / f"{c.name}.o",
+                               ("-fno-ipa-icf",) if c.name == "target_check.c" else (), (folder,))
+                for c in srcs]
         if b is CHECK_AVR:
             _run([b.cc, *b.target_flags, *_OPT[b.name], "-fuse-linker-plugin", "-Wl,--gc-sections",
                   *objs, "-o", elf, "-lm"], "linking the check image")
@@ -398,6 +401,7 @@ def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
         proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
                               timeout=timeout)
         image = size_of(b, elf)
+        cycles = _m4_cycles(cmd, elf, folder, timeout) if b.name == "mps2-an386" else None
     text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)  # simavr: stderr
     items = re.findall(r"\b(out|tick|ondevice|receive|policy|reps|mode|stack|done)\b ?([0-9a-f]*)",
                        text)
@@ -410,7 +414,35 @@ def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
         res[k] = res[k] * COUNT_UNIT[b.name] / reps
     res["out"] = outs
     res["image"] = image
+    if cycles is not None:
+        res["cycles"] = cycles
     return res
+
+
+MEASURED = ("tick", "receive", "policy", "ondevice")  # target_check.c's measured_<name>
+
+
+def _m4_cycles(cmd: list, elf: Path, folder: Path, timeout: float) -> dict:
+    """The check image again on QEMU with every executed instruction logged,
+    costed by the Cortex-M4 TRM's timings (``m4_cycles``): per measured call,
+    mean ``instructions``, estimated ``cycles``, ``refills`` (taken branches,
+    each ``m4_cycles.REFILL`` of the cycles) and, for the on-device tick,
+    the cycles ``by_symbol``."""
+    from grpo_ctrl.firmware_bridge import m4_cycles
+
+    log = folder / "trace.log"
+    subprocess.run([str(c) for c in cmd[:-2]] + ["-singlestep", "-d", "exec,nochain", "-D",
+                                                 str(log), "-kernel", str(elf)],
+                   capture_output=True, timeout=timeout, check=True)
+    syms = m4_cycles.symbols(elf)
+    calls = m4_cycles.calls(m4_cycles.trace_pcs(log), m4_cycles.disassemble(elf),
+                            {k: syms[f"measured_{k}"] for k in MEASURED})
+    out = {k: {w: calls[k].mean(w) for w in ("instructions", "cycles", "refills")}
+           for k in MEASURED}
+    n = len(calls["ondevice"].cycles)
+    out["ondevice"]["by_symbol"] = {s: c / n for s, c in sorted(
+        calls["ondevice"].by_symbol.items(), key=lambda kv: -kv[1])}
+    return out
 
 
 # ---------------------------------------------------------------- the command

@@ -215,8 +215,9 @@ def test_default_policy_on_the_emulated_mcu_matches_onnxruntime(board):
 
 
 def test_cortex_m4_block_loads_give_the_plain_c_floats():
-    """On the Cortex-M4F the controller's weights are loaded eight to a VLDM
-    by inline assembly (c_codegen._load_macros), sixteen outputs a pass: on
+    """On the Cortex-M4F the controller's products run sixteen outputs a pass,
+    four inputs and eight weights to a VLDM, in inline assembly
+    (c_codegen._mac_macro): on
     QEMU's Cortex-M4F the result is the plain generated C's (one output a
     pass, a VLDR a weight) bit for bit, and the VLDM path is the one that
     ran (fewer instructions: QEMU -icount counts them, load does not)."""
@@ -224,7 +225,7 @@ def test_cortex_m4_block_loads_give_the_plain_c_floats():
     model = onnx.load(RIG)
     obs = operating_observations("pendulum", "rig", 48, seed=5)
     src = boards.controller_c(MPS2, model)
-    assert "vldmia" in src.c and "POLICY_ROM_LOAD8(wp," in src.c
+    assert "vldmia" in src.c and "POLICY_ROM_MAC4X16(ap, wp," in src.c
     fast = boards.target_check(MPS2, src, obs)
     plain = boards.target_check(MPS2, generate_c(model), obs)
     assert np.ptp(plain["out"]) > 0.1
@@ -245,7 +246,8 @@ def pil(tmp_path: Path, *defines: str, policy: bool = False):
     where the system grants one (as the HIL and the host loop ask for
     theirs): on a busy machine its threads otherwise wait tens of ms for a CPU."""
     need(boards.emulator_missing(MPS2))
-    project = boards.stage(MPS2, tmp_path / "pil", generate_c(onnx.load(RIG)) if policy else None)
+    project = boards.stage(MPS2, tmp_path / "pil",
+                           boards.controller_c(MPS2, onnx.load(RIG)) if policy else None)
     elf = boards.build_image(MPS2, project, tmp_path / "build", defines=(PIL_WATCHDOG, *defines))
     rt = ["chrt", "-f", "5"] if subprocess.run(["chrt", "-f", "5", "true"],
                                                capture_output=True).returncode == 0 else []
