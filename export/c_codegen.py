@@ -595,15 +595,17 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
     a = elem(a_name, shapes[0], m, "k", ta)
     # outputs per pass: B accumulators share each load of A (em.block), where
     # B is constant (and not packed) and A one run-time row (the policy's batch of 1)
-    blk = em.block if (b_name in consts and em.block > 1 and N % em.block == 0 and N > 1 and
-                       M == 1 and not ta and a_name not in consts and
-                       (em.block <= 8 or em.block % 8 == 0) and em.block <= 32 - _SUM_REG) else 1
+    # (a single output, N = 1, is one sum through the same kernel)
+    mac = (b_name in consts and em.block > 1 and M == 1 and not ta and a_name not in consts and
+           (em.block <= 8 or em.block % 8 == 0) and em.block <= 32 - _SUM_REG)
+    blk = em.block if mac and N % em.block == 0 and N > 1 else 1
+    mac = mac and (blk > 1 or N == 1)
     if b_name in consts:
         b_nk = np.asarray(consts[b_name], np.float32)
         b_nk = b_nk if tb else b_nk.T
         if em.pack and _packed(b_nk.reshape(-1)) is not None:
-            blk = 1
-        if blk > 1:  # read in storage order through a pointer: _mac_macro's layout
+            blk, mac = 1, False
+        if mac:  # read in storage order through a pointer: _mac_macro's layout
             unroll = next(u for u in (4, 3, 2, 1) if K % u == 0)
             gs = min(8, blk)
             layout = b_nk.reshape(N // blk, blk // gs, gs, K // unroll, unroll)
@@ -646,7 +648,7 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
             c = (em.const_at(c_name, consts[c_name], c_idx) if c_name in consts
                  else _at(tensors[c_name], c_idx))
         value += f" + {c}" if beta == 1.0 else f" + {_float_literal(beta)} * {c}"
-    if blk > 1:
+    if mac:
         def at_j(text, r):  # output j + r
             return re.sub(r"\bj\b", f"(j + {r})", text) if r else text
         accs = [f"acc{r}" for r in range(blk)]
@@ -885,12 +887,16 @@ def _mac_macro(rom: str, u: int, blk: int) -> str:
             ([f'"m"(*(const float (*)[{u}])(ap))'] if first else []) + \
             [f'"m"(*(const float (*)[{u * gs}])(wp))']
         asm = [f"vldmia %0!, {{{span(8, u)}}}"] if first else []
-        for i in range(u):
+        if gs == 1:  # one sum: the u weights in one load, the adds in input order
+            asm += [f"vldmia %1!, {{{span(0, u)}}}"] + \
+                   [f"vmul.f32 s{i}, s{8 + i}, s{i}" for i in range(u)] + \
+                   [f"vadd.f32 {sums[0]}, {sums[0]}, s{i}" for i in range(u)]
+        for i in range(u if gs > 1 else 0):
             asm += [f"vldmia %{wp_op}!, {{{span(0, gs)}}}"]
             asm += [f"vmul.f32 s{r}, s{8 + i}, s{r}" for r in range(gs)]
             asm += [f"vadd.f32 {sums[r]}, {sums[r]}, s{r}" for r in range(gs)]
         text = " \\\n            ".join(f'"{x}\\n\\t"' for x in asm)
-        clobbers = ", ".join(f'"s{r}"' for r in range(gs))
+        clobbers = ", ".join(f'"s{r}"' for r in range(gs if gs > 1 else u))
         statements.append(f"""    __asm__({text} \\
             : {', '.join(outs)} \\
             : {', '.join(ins)} \\

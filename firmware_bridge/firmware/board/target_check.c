@@ -167,7 +167,8 @@ static uint64_t hw_micros(void *ctx)
 static void hw_read_sensors(void *ctx, int32_t *counts)
 {
   (void)ctx;
-  counts[0] = (int32_t)(fake_now / 5000u % 7u);  /* a little motion */
+  /* a little motion (in 32 bits: a board reads a counter, it does not divide 64-bit times) */
+  counts[0] = (int32_t)((uint32_t)fake_now / 5000u % 7u);
 }
 static void hw_write_actuator(void *ctx, float u)
 {
