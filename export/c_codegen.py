@@ -110,6 +110,8 @@ class SizeReport:
     const_bytes: int     # weights and index tables (flash)
     ram_bytes: int       # scratch array: the largest set of live intermediates
     libm: list[str]
+    macs: int = 0        # multiply-adds of the matrix products per step
+    packed_macs: int = 0  # of those, the ones whose weight is read packed (3.5 B)
 
     def summary(self) -> str:
         return (f"{self.const_bytes} B constants (flash), RAM {self.ram_bytes} B scratch "
@@ -183,6 +185,8 @@ class _Emitter:
     packed: set = field(default_factory=set)  # C names of the arrays stored packed
     loads: set = field(default_factory=set)  # (inputs, outputs) of the <ROM>_MAC macros used
     then: dict = field(default_factory=dict)  # product's output -> the unary op it stores through
+    macs: int = 0  # multiply-adds of the matrix products (SizeReport)
+    packed_macs: int = 0
 
     def const_at(self, name: str, arr: np.ndarray, idx: str) -> str:
         """C expression of element ``idx`` of constant ``name`` (a flash read on AVR)."""
@@ -392,7 +396,7 @@ def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
     out = tensors[out_name]
     body = "\n".join(em.lines)
     libm = sorted(set(_LIBM_CALL.findall(body)))
-    size = SizeReport(em.const_bytes, 4 * ram, libm)
+    size = SizeReport(em.const_bytes, 4 * ram, libm, em.macs, em.packed_macs)
     meta = metadata.raw(model)
     return CSource(name, _c_file(name, em, body, ram, out, nobs, size, meta),
                    _h_file(name, nobs, size, meta), size)
@@ -613,8 +617,11 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
             walk = em.const_array(key, layout.transpose(0, 3, 1, 4, 2))
         else:
             b = em.const_at(b_name + ' (N x K)', b_nk, 'k' if N == 1 else f'j * {K} + k')
+            if em.const_names[b_name + ' (N x K)'] in em.packed:
+                em.packed_macs += M * N * K
     else:
         b = elem(b_name, shapes[1], "k", j, tb)
+    em.macs += M * N * K
     row = f"m * {N} + " if M > 1 else ""
     dst = _at(out, f"{row}j" if N > 1 else (f"m * {N}" if M > 1 else "0"))
     value = "acc"

@@ -16,7 +16,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import numpy_helper
 
 from grpo_ctrl.cli import main
 from grpo_ctrl.errors import UserError
@@ -38,15 +37,7 @@ def need(missing: str | None) -> None:
 
 def widened(h: int, path: Path) -> Path:
     """The rig policy's graph and metadata with 3-h-h-1 random weights."""
-    model = onnx.load(RIG)
-    rng = np.random.default_rng(h)
-    shapes = {"net.0.weight": (h, 3), "net.0.bias": (h,), "net.2.weight": (h, h),
-              "net.2.bias": (h,), "net.4.weight": (1, h)}
-    for t in model.graph.initializer:
-        if t.name in shapes:
-            t.CopyFrom(numpy_helper.from_array(
-                (rng.standard_normal(shapes[t.name]) * 0.1).astype(np.float32), t.name))
-    onnx.save(model, path)
+    onnx.save(boards.widened(onnx.load(RIG), h), path)
     return path
 
 
@@ -122,6 +113,10 @@ def test_uno_sketch_builds_with_the_arduino_core_and_a_controller_linked_in(tmp_
     assert main(["firmware", "--board", "uno", "--out", str(out), "--policy", str(policy)]) == 0
     printed = capsys.readouterr().out
     assert "with the controller linked in" in printed
+    # 2,688 multiply-adds in software floating point: far over the 5 ms period
+    timing = next(line for line in printed.splitlines() if line.startswith("on-device control"))
+    assert "estimated from simavr" in timing and "over the 25 % goal" in timing
+    assert "cannot run it at this rate" in timing and "H = 2;" in timing
     names = {p.name for p in out.iterdir()}
     assert {"pendulum_board.ino", "board_pendulum.c", "arduino_api.h", "fw_core.c", "proto.c",
             "policy.c", "policy.h"} <= names
@@ -134,6 +129,25 @@ def test_uno_sketch_builds_with_the_arduino_core_and_a_controller_linked_in(tmp_
     bare = boards.size_of(UNO, boards.build_image(UNO, out, tmp_path / "bare"))
     assert size.ram == bare.ram and size.flash - bare.flash > weights
     assert size.ram + 512 + UNO.stack_reserve <= UNO.ram
+
+
+def test_uno_on_device_tick_estimate_follows_simavr():
+    """The Uno's on-device tick (fw_tick calling the policy) on simavr's
+    cycle-accurate ATmega, for 3-H-H-1 networks: the estimate that
+    grpo-ctrl firmware reports (boards.uno_tick_estimate) is within 10 % of
+    the measured cycles, and the widest network it names for 25 % of the
+    200 Hz period (H = 2) is within 25 % measured, one wider is not."""
+    need(boards.emulator_missing(UNO))
+    obs = operating_observations("pendulum", "rig", 2)
+    budget = 0.25 * UNO.clock_hz / 200
+    assert boards.uno_widest_in_time(3, budget) == 2
+    measured = {}
+    for h in (2, 3, 12):
+        src = boards.controller_c(UNO, boards.widened(onnx.load(RIG), h))
+        measured[h] = boards.target_check(UNO, src, obs)["ondevice"]
+        est = boards.uno_tick_estimate(src.size.macs, src.size.packed_macs)
+        assert abs(est / measured[h] - 1) < 0.1, (h, est, measured[h])
+    assert measured[2] <= budget < measured[3]
 
 
 def test_the_default_3_64_64_1_policy_fits_the_uno():

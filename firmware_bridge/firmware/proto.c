@@ -5,13 +5,20 @@
 
 /* ---------------------------------------------------------------- CRC-32
  * CRC-32/ISO-HDLC (zlib, Ethernet): reflected polynomial 0xEDB88320, initial
- * and final XOR 0xFFFFFFFF. On AVR four bits at a time through a 16-entry
- * table in flash (the Uno has no kilobyte of flash to spare with a policy
- * linked in); elsewhere a byte at a time through the 256-entry table (1 KB:
- * on a Cortex-M4 a STATE's CRC in about half the cycles). */
+ * and final XOR 0xFFFFFFFF, a byte at a time. On AVR through two 16-entry
+ * tables in flash (the Uno has no kilobyte of flash to spare with a policy
+ * linked in); elsewhere through the 256-entry table (1 KB: on a Cortex-M4 a
+ * STATE's CRC in half the cycles of the nibble-at-a-time loop). */
 #if defined(__AVR__)  /* constants stay in flash: RAM is 2 KB */
 #include <avr/pgmspace.h>
-static const uint32_t CRC_NIBBLE[16] PROGMEM = {
+/* the byte table's entries for the low and the high nibble: the table is
+ * linear, T[b] = T[b & 15] ^ T[b & 0xF0], so a byte takes two flash reads and
+ * a shift by 8 (byte moves; a 32-bit shift by 4 is a loop on AVR) */
+static const uint32_t CRC_LOW[16] PROGMEM = {
+    0x00000000u, 0x77073096u, 0xEE0E612Cu, 0x990951BAu, 0x076DC419u, 0x706AF48Fu,
+    0xE963A535u, 0x9E6495A3u, 0x0EDB8832u, 0x79DCB8A4u, 0xE0D5E91Eu, 0x97D2D988u,
+    0x09B64C2Bu, 0x7EB17CBDu, 0xE7B82D07u, 0x90BF1D91u};
+static const uint32_t CRC_HIGH[16] PROGMEM = {
     0x00000000u, 0x1DB71064u, 0x3B6E20C8u, 0x26D930ACu, 0x76DC4190u, 0x6B6B51F4u,
     0x4DB26158u, 0x5005713Cu, 0xEDB88320u, 0xF00F9344u, 0xD6D6A3E8u, 0xCB61B38Cu,
     0x9B64C2B0u, 0x86D3D2D4u, 0xA00AE278u, 0xBDBDF21Cu};
@@ -20,9 +27,8 @@ uint32_t proto_crc32(const uint8_t *data, size_t n)
 {
   uint32_t crc = 0xFFFFFFFFu;
   for (size_t i = 0; i < n; ++i) {
-    crc ^= data[i];
-    crc = (crc >> 4) ^ pgm_read_dword(&CRC_NIBBLE[crc & 15u]);
-    crc = (crc >> 4) ^ pgm_read_dword(&CRC_NIBBLE[crc & 15u]);
+    const uint8_t b = (uint8_t)crc ^ data[i];
+    crc = (crc >> 8) ^ pgm_read_dword(&CRC_LOW[b & 15u]) ^ pgm_read_dword(&CRC_HIGH[b >> 4]);
   }
   return crc ^ 0xFFFFFFFFu;
 }
