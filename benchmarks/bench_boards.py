@@ -74,7 +74,7 @@ def main() -> int:
             continue
         src = boards.controller_c(b, model)
         fit = boards.measure(b, src)
-        r = boards.target_check(b, src, obs)
+        r = boards.target_check(b, src, obs, cycles=True)
         unit = "cycles" if name == "uno" else "instructions"
         rate, clocks, goal = GOALS[name]
         print(f"\n{b.description}")

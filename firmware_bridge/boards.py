@@ -432,13 +432,16 @@ static const float CHECK_TABLE[] = {{{body}}};
 """
 
 
-def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
+def target_check(b: Board, policy_src, obs, timeout: float = 300.0,
+                 cycles: bool = False) -> dict:
     """Build ``firmware/board/target_check.c`` with the controller for board
     ``b``, run it on the emulator, and return ``out`` (the commands for
     ``obs``, float32), per-call ``tick``, ``receive`` and ``policy`` counts
     in cycles (AVR) or instructions (Cortex-M4F, QEMU -icount), ``mode``,
     ``image`` (the check image's Sizes: core + controller, no board
-    back-end) and, on AVR, ``stack`` (bytes)."""
+    back-end), on AVR ``stack`` (bytes) and, with ``cycles`` on the
+    Cortex-M4F, ``cycles``: per call the Cortex-M4 TRM estimate from an
+    instruction trace (``_m4_cycles``; a second QEMU run, a few seconds)."""
     import numpy as np
 
     with tempfile.TemporaryDirectory(prefix="grpo_ctrl_check_") as tmp:
@@ -473,7 +476,8 @@ def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
         proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
                               timeout=timeout)
         image = size_of(b, elf)
-        cycles = _m4_cycles(cmd, elf, folder, timeout) if b.name == "mps2-an386" else None
+        estimate = _m4_cycles(cmd, elf, folder, timeout) if cycles and b.name == "mps2-an386" \
+            else None
     text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)  # simavr: stderr
     items = re.findall(r"\b(out|tick|ondevice|receive|policy|reps|mode|stack|done)\b ?([0-9a-f]*)",
                        text)
@@ -486,8 +490,8 @@ def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
         res[k] = res[k] * COUNT_UNIT[b.name] / reps
     res["out"] = outs
     res["image"] = image
-    if cycles is not None:
-        res["cycles"] = cycles
+    if estimate is not None:
+        res["cycles"] = estimate
     return res
 
 

@@ -240,11 +240,45 @@ def test_cortex_m4_block_loads_give_the_plain_c_floats():
     obs = operating_observations("pendulum", "rig", 48, seed=5)
     src = boards.controller_c(MPS2, model)
     assert "vldmia" in src.c and "POLICY_ROM_MAC4X16(ap, wp," in src.c
-    fast = boards.target_check(MPS2, src, obs)
+    fast = boards.target_check(MPS2, src, obs, cycles=True)
     plain = boards.target_check(MPS2, generate_c(model), obs)
     assert np.ptp(plain["out"]) > 0.1
     assert np.array_equal(fast["out"].view(np.uint32), plain["out"].view(np.uint32))
     assert fast["policy"] < 0.8 * plain["policy"]
+    # the instruction trace counts what QEMU's -icount counts (two counters),
+    # and its cycle estimate is not below the M4's floor of 3 a multiply-add
+    est = fast["cycles"]
+    for k in boards.MEASURED:
+        assert abs(est[k]["instructions"] - fast[k]) <= 40, (k, est[k], fast[k])
+    assert 3 * src.size.macs <= est["policy"]["cycles"] < 4 * src.size.macs
+    assert est["ondevice"]["cycles"] > est["policy"]["cycles"] > est["tick"]["cycles"]
+
+
+def test_m4_cost_model_follows_the_trm_tables():
+    """m4_cycles.cost and the FP result stall against the Cortex-M4 TRM's
+    tables 3-1 and 7-1, instruction by instruction (P, the refill, = 2)."""
+    from grpo_ctrl.firmware_bridge.m4_cycles import REFILL, Insn, _fp_stall, cost
+
+    assert REFILL == 2
+    cases = [(("vldmia", "r3!, {s0-s7}"), False, 9), (("vldmia", "ip!, {s15}"), False, 2),
+             (("vpush", "{d8-d15}"), False, 17), (("vldr", "s0, [r0, #4]"), False, 2),
+             (("vmul", "s0, s8, s0"), False, 1), (("vadd", "s12, s12, s0"), False, 1),
+             (("vmla", "s0, s1, s2"), False, 3), (("vfma", "s0, s1, s2"), False, 3),
+             (("vdiv", "s0, s1, s2"), False, 14), (("vsqrt", "s0, s1"), False, 14),
+             (("vmov", "r0, r1, d0"), False, 2), (("vmov", "s0, r3"), False, 1),
+             (("ldr", "r0, [r1, #4]"), False, 2), (("strd", "r2, r2, [sp, #8]"), False, 3),
+             (("push", "{r4, r5, r6, r7, lr}"), False, 6), (("pop", "{r4, pc}"), True, 5),
+             (("bne", "2a44 <f+0x4>"), True, 3), (("bne", "2a44 <f+0x4>"), False, 1),
+             (("cbz", "r4, 2040 <f>"), True, 3), (("bl", "17a8 <fw_tick>"), True, 3),
+             (("bx", "lr"), True, 3), (("udiv", "r0, r1, r2"), False, 12),
+             (("adds", "r2, #3"), False, 1), (("it", "le"), False, 1)]
+    for (m, ops), taken, cycles in cases:
+        assert cost(Insn(m, ops, 4), taken)[0] == cycles, (m, ops)
+    vmul = Insn("vmul", "s0, s8, s0", 4)
+    assert _fp_stall(vmul, Insn("vadd", "s12, s12, s0", 4)) == 1  # reads the product
+    assert _fp_stall(vmul, Insn("vadd", "s12, s12, s1", 4)) == 0
+    assert _fp_stall(vmul, Insn("vstr", "s0, [r0]", 4)) == 1
+    assert _fp_stall(Insn("vldr", "s0, [r0]", 4), Insn("vadd", "s1, s1, s0", 4)) == 0
 
 
 # 200 ms rather than the firmware's 50: at a load of 20 on this 2-core machine
