@@ -660,7 +660,8 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
             return re.sub(r"\bj\b", f"(j + {r})", text) if r else text
         accs = [f"acc{r}" for r in range(blk)]
         em.loads.add((unroll, blk))
-        lines = [" ".join(f"{em.rom}_SUM({acc}, \"s{_SUM_REG + r}\");" for r, acc in enumerate(accs)),
+        lines = [" ".join(f"{em.rom}_SUM({acc}, \"s{_SUM_REG + r}\");"
+                          for r, acc in enumerate(accs)),
                  f"for (int k = 0; k < {K}; k += {unroll}) "
                  f"{em.rom}_MAC{unroll}X{blk}(ap, wp, {', '.join(accs)});"] + \
                 [store(at_j(dst, r), at_j(value, r).replace('acc', acc, 1), acc)

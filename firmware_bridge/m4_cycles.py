@@ -160,7 +160,8 @@ def trace_pcs(log: Path) -> list[tuple[int, str]]:
     """(pc, symbol) of each executed instruction, from QEMU's
     ``-singlestep -d exec,nochain`` log."""
     out = []
-    pat = re.compile(r"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/[0-9a-f]+/[0-9a-f]+\] ?(\S*)")
+    pat = re.compile(r"^Trace \d+: 0x[0-9a-f]+ "
+                     r"\[[0-9a-f]+/([0-9a-f]+)/[0-9a-f]+/[0-9a-f]+\] ?(\S*)")
     with open(log) as f:
         for line in f:
             m = pat.match(line)

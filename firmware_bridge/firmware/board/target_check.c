@@ -191,7 +191,8 @@ static int run_policy(void *ctx, const float *obs, float *action)
 /* Each measured call in a function of its own, not inlined or cloned (and, compiled
  * with -fno-ipa-icf, not merged with its twin), so that an instruction trace
  * finds it by name: boards.target_check's cycle estimate on QEMU. */
-static __attribute__((noinline, noclone)) void measured_receive(fw_device *d, const uint8_t *w, size_t n)
+static __attribute__((noinline, noclone)) void measured_receive(fw_device *d, const uint8_t *w,
+                                                                size_t n)
 {
   fw_receive(d, w, n);
 }
