@@ -18,9 +18,10 @@ A sum over ranks is an all-gather followed by additions in rank order
 all-reduce (6 against 12 per rank with 2 ranks, whatever the size), and the
 result has the same bits on every rank by construction. Each collective is
 waited for by polling, yielding the CPU between polls, for up to
-``GRPO_CTRL_DIST_SPIN_MS`` (default 5) before sleeping: on a virtual machine
-a rank whose core goes idle in every collective pays the hypervisor's
-wake-up several times per message (docs/distributed.md §5).
+``GRPO_CTRL_DIST_SPIN_MS`` (default 5) before sleeping, or until other work
+wants the core: on a virtual machine a rank whose core goes idle in every
+collective pays the hypervisor's wake-up several times per message
+(docs/distributed.md §5).
 
 With one process no process group exists and every reduction below is the
 identity: the trainer computes exactly what it computed before, bit for bit.
@@ -43,6 +44,9 @@ from grpo_ctrl.grpo_config import GRPOConfig, check_config
 
 # rank r's simulators and noise are seeded with seed + r * RANK_SEED_STRIDE (rank 0: the seed)
 RANK_SEED_STRIDE = 1_000_003
+# a poll's yield that took longer gave the core to other work (a gloo thread handles a
+# message in tens of microseconds; another process runs for a time slice, >= 0.7 ms)
+YIELD_TAKEN = 300e-6
 
 
 def collective_timeout() -> timedelta:
@@ -66,7 +70,8 @@ def spin_seconds() -> float:
     GRPO_CTRL_DIST_SPIN_MS milliseconds, 5 by default, 0 to sleep at once.
     Polling keeps the core busy (yielding it to any other runnable thread),
     so the messages of a collective do not each wait for an idle core to
-    wake; a rank that waits longer (rank 0 evaluating) sleeps after it."""
+    wake; a rank that waits longer (rank 0 evaluating) sleeps after it
+    (``Ranks._wait``)."""
     text = os.environ.get("GRPO_CTRL_DIST_SPIN_MS", "5")
     try:
         ms = float(text)
@@ -226,11 +231,18 @@ class Ranks:
     def _wait(self, work) -> None:
         """Wait for a collective started with async_op=True: poll it,
         yielding the CPU, for up to ``spin`` seconds, then sleep in wait()
-        (which also raises the collective's error, or gloo's timeout)."""
+        (which also raises the collective's error, or gloo's timeout). A
+        yield that gave the core away for longer than a message takes to
+        handle (YIELD_TAKEN) means other work wants this core: then the
+        core is not idling anyway, and polling would only take from it."""
         started = time.perf_counter()
         deadline = started + self.spin
-        while time.perf_counter() < deadline and not work.is_completed():
+        now = started
+        while now < deadline and not work.is_completed():
             os.sched_yield()
+            before, now = now, time.perf_counter()
+            if now - before > YIELD_TAKEN:
+                break
         work.wait()
         self.collectives += 1
         self.waited_s += time.perf_counter() - started
