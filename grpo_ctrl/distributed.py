@@ -91,7 +91,9 @@ class Ranks:
 
     def __init__(self, rank: int = 0, world: int = 1, spin: float | None = None):
         self.rank, self.world = rank, world
-        self.spin = spin_seconds() if spin is None and world > 1 else spin or 0.0
+        if spin is None:
+            spin = spin_seconds() if world > 1 else 0.0
+        self.spin = spin  # seconds a collective is polled (Ranks._wait)
         self.collectives, self.waited_s = 0, 0.0
         self._grads: list[torch.Tensor] = []  # views into _flat, the parameters' .grad
         self._flat = torch.empty(0)
@@ -163,17 +165,16 @@ class Ranks:
         norm, and return the diagnostics' means over the ranks: one
         collective of counts, sums and squares about the running mean (the
         same on every rank, so the sums stay small where the data is).
-        ``lead``, a function of no arguments returning floats, is called on
-        rank 0 just before the collective; its values come back on every
-        rank under the key "lead" (train.py's clock and stop flag; every
-        rank calls it, rank 0's values are kept)."""
+        ``lead``, a function of no arguments returning floats (train.py's
+        clock and stop flag), is called on every rank just before the
+        collective; rank 0's values come back on every rank under "lead"."""
         diagnostics = diagnostics or {}
         if self.world == 1:
             norm.update(obs)
             return {**diagnostics, **({"lead": list(lead())} if lead is not None else {})}
         x = obs.reshape(-1, norm.mean.numel()).double()
         d = x - norm.mean
-        ride = [float(v) for v in lead()] if lead is not None else []  # rank 0's row counts
+        ride = [float(v) for v in lead()] if lead is not None else []
         mine = torch.cat([torch.tensor([float(x.shape[0])], dtype=torch.float64), d.sum(0),
                           (d * d).sum(0), torch.tensor(list(diagnostics.values()) + ride,
                                                        dtype=torch.float64)])
