@@ -45,8 +45,11 @@ from grpo_ctrl.grpo_config import GRPOConfig, check_config
 # rank r's simulators and noise are seeded with seed + r * RANK_SEED_STRIDE (rank 0: the seed)
 RANK_SEED_STRIDE = 1_000_003
 # a poll's yield that took longer gave the core to other work (a gloo thread handles a
-# message in tens of microseconds; another process runs for a time slice, >= 0.7 ms)
+# message in tens of microseconds; another process runs for a time slice, >= 0.7 ms) ...
 YIELD_TAKEN = 300e-6
+# ... and then the next collectives sleep at once: the core has other work to do, and a
+# yielding rank resumes only at its turn, where a sleeping one is woken ahead of it
+SLEEP_AFTER_TAKEN = 30
 
 
 def collective_timeout() -> timedelta:
@@ -95,6 +98,7 @@ class Ranks:
             spin = spin_seconds() if world > 1 else 0.0
         self.spin = spin  # seconds a collective is polled (Ranks._wait)
         self.collectives, self.waited_s = 0, 0.0
+        self._sleep_next = 0  # collectives that sleep at once, after other work took the core
         self._grads: list[torch.Tensor] = []  # views into _flat, the parameters' .grad
         self._flat = torch.empty(0)
 
@@ -235,14 +239,17 @@ class Ranks:
         (which also raises the collective's error, or gloo's timeout). A
         yield that gave the core away for longer than a message takes to
         handle (YIELD_TAKEN) means other work wants this core: then the
-        core is not idling anyway, and polling would only take from it."""
+        core is not idling anyway, polling would only take from that work,
+        and this and the next SLEEP_AFTER_TAKEN collectives sleep."""
         started = time.perf_counter()
-        deadline = started + self.spin
+        deadline = started + (self.spin if not self._sleep_next else 0.0)
+        self._sleep_next = max(self._sleep_next - 1, 0)
         now = started
         while now < deadline and not work.is_completed():
             os.sched_yield()
             before, now = now, time.perf_counter()
             if now - before > YIELD_TAKEN:
+                self._sleep_next = SLEEP_AFTER_TAKEN
                 break
         work.wait()
         self.collectives += 1
