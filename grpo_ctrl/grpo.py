@@ -138,19 +138,22 @@ def choose_continuation(returns: np.ndarray, rule: str, rng: np.random.Generator
 
 
 def mean_command_smoothness(policy: GaussianPolicy, obs: torch.Tensor, mu: torch.Tensor,
-                            mask: torch.Tensor, sigma: float, gen: torch.Generator) -> torch.Tensor:
+                            mask: torch.Tensor, sigma: float, gen: torch.Generator,
+                            temporal: bool = True) -> torch.Tensor:
     """CAPS (Mysore et al., 2021) on the deployed command a = tanh(mu), in units
     of u_max: the squared change of a between consecutive decisions of a branch
-    (temporal) plus the squared change of a when the normalised observation
-    moves by N(0, sigma^2) (spatial: the policy's gain at the scale of encoder
-    steps and noise). On the mean, not the sampled action: exploration noise
-    does not drown it, and the mean is what the device runs."""
+    (temporal; left out with ``temporal=False``) plus the squared change of a
+    when the normalised observation moves by N(0, sigma^2) (spatial: the
+    policy's gain at the scale of encoder steps and noise). On the mean, not
+    the sampled action: exploration noise does not drown it, and the mean is
+    what the device runs."""
     a = torch.tanh(mu)
-    both = mask[:, 1:] * mask[:, :-1]
-    temporal = ((a[:, 1:] - a[:, :-1]) ** 2 * both).sum() / both.sum().clamp(min=1.0)
     moved = torch.tanh(policy.mu(obs + sigma * torch.randn(obs.shape, generator=gen)))
     spatial = ((moved - a) ** 2 * mask).sum() / mask.sum().clamp(min=1.0)
-    return temporal + spatial
+    if not temporal:
+        return spatial
+    both = mask[:, 1:] * mask[:, :-1]
+    return spatial + ((a[:, 1:] - a[:, :-1]) ** 2 * both).sum() / both.sum().clamp(min=1.0)
 
 
 def gaussian_kl(mu_p, log_std_p, mu_q, log_std_q) -> torch.Tensor:
@@ -317,7 +320,8 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
             loss = aggregate_loss(per_step, mask, cfg.loss_agg, L)
             if cfg.w_smooth > 0:
                 loss = loss + cfg.w_smooth * mean_command_smoothness(
-                    policy, batch.obs[idx], mu, mask, cfg.smooth_sigma, gen)
+                    policy, batch.obs[idx], mu, mask, cfg.smooth_sigma, gen,
+                    temporal=cfg.smooth_terms == "both")
             opt.zero_grad(set_to_none=average_gradients is None)
             loss.backward()
             if average_gradients is not None:
