@@ -290,7 +290,9 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
                 gen: torch.Generator, average_gradients=None) -> dict:
     """``epochs`` passes of clipped-ratio (+ beta k3) steps over minibatches of branches.
     ``average_gradients(params)``, in data-parallel training, averages the
-    gradients across processes before they are clipped."""
+    gradients across processes before they are clipped; the gradients are
+    then zeroed in place rather than dropped, so that they stay in the flat
+    buffer it reduces (grpo_ctrl/distributed.py)."""
     B, L = batch.z.shape
     log_std_old = batch.log_std_old
     grad_norms, clip_lo, clip_hi = [], [], []
@@ -316,7 +318,7 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
             if cfg.w_smooth > 0:
                 loss = loss + cfg.w_smooth * mean_command_smoothness(
                     policy, batch.obs[idx], mu, mask, cfg.smooth_sigma, gen)
-            opt.zero_grad(set_to_none=True)
+            opt.zero_grad(set_to_none=average_gradients is None)
             loss.backward()
             if average_gradients is not None:
                 average_gradients(policy.parameters())
@@ -409,8 +411,10 @@ class Trainer:
             self._collector.close()
             self._collector = None
 
-    def step(self) -> dict:
-        """One iteration: collect groups, update, refresh stats. Returns metrics."""
+    def step(self, lead=None) -> dict:
+        """One iteration: collect groups, update, refresh stats. Returns metrics.
+        ``lead()``: values rank 0 shares with every rank on the batch
+        statistics' message, returned under "lead" (Ranks.reduce_batch)."""
         cfg = self.cfg
         t0 = time.perf_counter()
         batch = self._batch()
@@ -419,13 +423,15 @@ class Trainer:
         eps_low, eps_high = cfg.eps_low * self.eps_scale, cfg.eps_high * self.eps_scale
         eps_low = min(eps_low, 0.95)
         stats = grpo_update(self.policy, self.ref, self.opt, batch, cfg, eps_low, eps_high,
-                            self.gen, self.ranks.average_gradients)
+                            self.gen, self.ranks.average_gradients if self.ranks.world > 1
+                            else None)
         returns = batch.returns
         # the whole batch's normaliser statistics and diagnostics, the same on every rank
         stats = self.ranks.reduce_batch(self.policy.obs_norm, batch.raw_obs, {
             "branch_return": float(returns.mean()),
             "group_reward_std": float(returns.std(axis=1, ddof=1).mean()),
-            "zero_spread": zero_spread_fraction(returns), "entropy": batch.entropy, **stats})
+            "zero_spread": zero_spread_fraction(returns), "entropy": batch.entropy, **stats},
+            lead)
         if cfg.trust_region == "adaptive":
             self.eps_scale = adapt_clip(self.eps_scale, stats["kl_old"], cfg.kl_target)
         self.policy.refresh_norm()

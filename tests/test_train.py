@@ -298,6 +298,8 @@ def test_a_trainer_never_closed_lets_python_exit_and_its_collector_end():
             "p = t._collector._link.process; del t; gc.collect();"
             "assert not p.is_alive(), 'collector alive after its trainer was collected';"
             "kept = Trainer(cfg, 'pendulum', 'gym'); kept.step();"
+            "from grpo_ctrl import overlap;"
+            "assert len(overlap._unclosed) == 1, 'the collected one stays registered';"
             "print(kept._collector._link.process.pid, flush=True)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -141,11 +141,11 @@ static void send(fw_device *d, uint8_t type, uint8_t len)
     tx_remove(d, k);
     FW_COUNTER(d, COUNTER_TX_DROPPED_STATES)++;
   }
-  uint16_t at = ring((uint16_t)(d->tx_head + d->tx_bytes));
-  for (uint8_t i = 0; i < n; ++i) {
-    d->tx_buf[at] = d->tx_wire[i];
-    at = ring((uint16_t)(at + 1));
-  }
+  /* into the ring in at most two pieces (where it wraps) */
+  const uint16_t at = ring((uint16_t)(d->tx_head + d->tx_bytes));
+  const uint8_t first = FW_TX_BUF - at < n ? (uint8_t)(FW_TX_BUF - at) : n;
+  memcpy(d->tx_buf + at, d->tx_wire, first);
+  memcpy(d->tx_buf, d->tx_wire + first, (size_t)(n - first));
   d->tx_bytes = (uint16_t)(d->tx_bytes + n);
   d->tx_len[d->tx_frames_queued] = n;
   d->tx_is_state[d->tx_frames_queued] = is_state;
@@ -510,8 +510,9 @@ void fw_tick(fw_device *d)
   s.fault = d->fault;
   s.flags = (uint8_t)(d->applied_flags | (d->tick_late ? FLAG_LATE : 0) | d->extra_flags);
   s.n = d->cfg.n_channels;
-  for (int c = 0; c < PROTO_MAX_CHANNELS; ++c) {
-    s.pos[c] = counts[c];
+  memcpy(s.pos, counts, sizeof s.pos);
+  memset(s.vel, 0, sizeof s.vel);
+  for (int c = 0; c < s.n; ++c) {  /* the channels the frame carries (a float conversion each) */
     const float v = d->vel[c];  /* saturate: lroundf beyond int32 is undefined */
     s.vel[c] = v >= 2147483520.0f ? INT32_MAX : v <= -2147483520.0f ? INT32_MIN : (int32_t)lroundf(v);
   }
