@@ -9,13 +9,13 @@ For each board whose toolchain and emulator are installed:
   (armed, a fresh command each period), decoding one COMMAND frame
   (``fw_receive``), and one ``policy_step``. On the Uno these are CPU cycles
   (simavr is cycle-counting, Timer1 at the CPU clock). On the Cortex-M4F
-  they are instructions: QEMU models neither the M4's pipeline nor DWT's
-  CYCCNT, so the check counts SysTick periods at the model's 25 MHz under
-  ``-icount shift=0`` (one instruction per ns of virtual time, 40 a
-  period). An M4 takes at least one cycle per instruction (the policy's
-  inner loop, an input load, two VLDMs of eight weights, 16 VMUL, 16 VADD
-  and the loop: 38 instructions, about 56 cycles by the Cortex-M4 TRM's
-  timings), so the shares printed are lower bounds.
+  they are instructions (QEMU models neither the M4's pipeline nor DWT's
+  CYCCNT: the check counts SysTick periods at the model's 25 MHz under
+  ``-icount shift=0``, one instruction per ns of virtual time, 40 a
+  period; an M4 takes at least one cycle an instruction, so shares of those
+  are lower bounds) and estimated cycles: the Cortex-M4 TRM's timings
+  applied to QEMU's trace of every executed instruction
+  (``firmware_bridge/m4_cycles.py``, its docstring has the cost model).
 
 Clocks: the Uno's 16 MHz; for the Cortex-M4F both QEMU's mps2-an386 model
 (25 MHz, what the PIL runs) and the realistic board the goal is judged at,
@@ -30,6 +30,11 @@ built from the counts, the policy, the clamp). Goals (issue 11): < 25 % of the
 
     python benchmarks/bench_boards.py        # or: grpo-ctrl bench boards
     python benchmarks/bench_boards.py --json boards.json
+    python benchmarks/bench_boards.py --uno-widths 1,2,3,4,8,12,16,24,64
+
+``--uno-widths``: the Uno's on-device tick on simavr for the rig policy's
+graph with random 3-H-H-1 weights, against ``boards.uno_tick_estimate`` (the
+model ``grpo-ctrl firmware --board uno`` reports with) and the 25 % goal.
 
 Load does not change these counts (they are emulated cycles/instructions).
 """
@@ -54,9 +59,13 @@ GOALS = {"uno": (200, {"ATmega328P 16 MHz": 16e6}, 0.25),
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--uno-widths", metavar="H,H,...",
+                    help="only the Uno's on-device tick for 3-H-H-1 networks of these widths")
     args = ap.parse_args()
     model = onnx.load(POLICY)
     obs = operating_observations("pendulum", "rig", 4)
+    if args.uno_widths:
+        return uno_widths(model, obs, [int(h) for h in args.uno_widths.split(",")])
     results = {}
     for name, b in boards.BOARDS.items():
         missing = boards.emulator_missing(b)
@@ -65,7 +74,7 @@ def main() -> int:
             continue
         src = boards.controller_c(b, model)
         fit = boards.measure(b, src)
-        r = boards.target_check(b, src, obs)
+        r = boards.target_check(b, src, obs, cycles=True)
         unit = "cycles" if name == "uno" else "instructions"
         rate, clocks, goal = GOALS[name]
         print(f"\n{b.description}")
@@ -78,24 +87,51 @@ def main() -> int:
         print(f"  fw_tick {r['tick']:.0f}, fw_receive (one COMMAND) {r['receive']:.0f}, "
               f"policy_step {r['policy']:.0f}, fw_tick in on-device control (policy "
               f"included) {r['ondevice']:.0f} {unit}")
+        counts = {"instructions, a lower bound": r} if name != "uno" else {"cycles": r}
+        if "cycles" in r:
+            c = r["cycles"]
+            print("  estimated cycles (Cortex-M4 TRM timings on QEMU's trace): " + ", ".join(
+                f"{k} {c[k]['cycles']:.0f} ({c[k]['instructions']:.0f} instructions, "
+                f"{c[k]['refills']:.0f} taken branches)" for k in boards.MEASURED))
+            top = list(c["ondevice"]["by_symbol"].items())[:8]
+            print("  on-device tick by function (cycles): " +
+                  ", ".join(f"{k} {v:.0f}" for k, v in top))
+            counts["estimated cycles"] = {k: c[k]["cycles"] for k in boards.MEASURED}
         shares = {}
         for clock, hz in clocks.items():
             budget = hz / rate
-            host = (r["tick"] + r["receive"]) / budget
-            device = r["ondevice"] / budget
-            shares[clock] = {"host_computed": host, "on_device": device}
-            print(f"  at {rate} Hz on {clock}: host-computed {100 * host:.1f} %, on-device "
-                  f"{100 * device:.1f} % of the period (goal < {100 * goal:.0f} %)"
-                  + ("" if name == "uno" else ", lower bounds"))
+            for what, n in counts.items():
+                host = (n["tick"] + n["receive"]) / budget
+                device = n["ondevice"] / budget
+                shares.setdefault(clock, {})[what] = {"host_computed": host, "on_device": device}
+                print(f"  at {rate} Hz on {clock}, {what}: host-computed {100 * host:.1f} %, "
+                      f"on-device {100 * device:.1f} % of the period (goal < {100 * goal:.0f} %)")
         results[name] = {"unit": unit, "tick": r["tick"], "ondevice": r["ondevice"],
                          "receive": r["receive"],
                          "policy": r["policy"], "stack": r.get("stack"),
                          "flash_firmware": fit.firmware.flash, "flash_with_policy": fit.total.flash,
                          "ram_static": fit.total.ram, "check_image_flash": r["image"].flash,
                          "check_image_ram": r["image"].ram, "policy_scratch": fit.scratch,
-                         "rate_hz": rate, "shares": shares}
+                         "rate_hz": rate, "shares": shares,
+                         "cycles": r.get("cycles")}
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def uno_widths(model, obs, widths: list[int]) -> int:
+    b = boards.BOARDS["uno"]
+    budget = b.clock_hz / GOALS["uno"][0]
+    print(f"Uno on-device tick on simavr, 3-H-H-1 (the rig graph, random weights); "
+          f"{budget:.0f} cycles a period at {GOALS['uno'][0]} Hz")
+    for h in widths:
+        src = boards.controller_c(b, boards.widened(model, h))
+        r = boards.target_check(b, src, obs)
+        est = boards.uno_tick_estimate(src.size.macs, src.size.packed_macs)
+        print(f"  H = {h:3d}: {src.size.macs:5d} multiply-adds, fw_tick alone {r['tick']:.0f}, "
+              f"policy_step {r['policy']:.0f}, on-device tick {r['ondevice']:.0f} cycles = "
+              f"{100 * r['ondevice'] / budget:.1f} % of the period (goal 25 %); estimate "
+              f"{est:.0f} ({100 * (est / r['ondevice'] - 1):+.1f} %)", flush=True)
     return 0
 
 

@@ -2,22 +2,28 @@
 """Data-parallel GRPO: 1 and 2 processes side by side, and a cost model for N.
 
 1. Throughput. Trains the gym pendulum (8 branches x 64 steps per start
-   state, overlap off) for ``--iterations`` iterations with 1 and with 2
-   processes (``grpo_ctrl.distributed.launch``, gloo on loopback),
-   alternating ``--rounds`` times so that load from other work hits both
-   alike: the default batch of 32 start states split across the processes,
-   32 per process, and 128 split. Reports simulator steps/s and updates
-   (iterations)/s between the second and the last iteration, the 2-process
-   over 1-process ratio of steps/s, and the same ratio computed from the CPU
-   seconds per iteration of the busiest rank (what a core per rank would
-   give, communication waits aside; other work changes it little). Goal
-   (issue 15): 2 processes >= 1.8x one.
+   state, overlap off) for ``--iterations`` iterations with 1 process, with
+   2 processes (``grpo_ctrl.distributed.launch``, gloo on loopback) as the
+   trainer runs them (collectives polled for up to GRPO_CTRL_DIST_SPIN_MS,
+   default 5 ms), and with 2 processes that sleep in every collective
+   (GRPO_CTRL_DIST_SPIN_MS=0), alternating ``--rounds`` times so that load
+   from other work hits all alike: the default batch of 32 start states
+   split across the processes, 32 per process, and 128 split. Reports
+   simulator steps/s and updates (iterations)/s between the second and the
+   last iteration, the 2-process over 1-process ratio of steps/s, the same
+   ratio computed from the CPU seconds per iteration of the busiest rank
+   (what a core per rank would give, communication waits aside; other work
+   changes it little), and per iteration the collectives and the time rank
+   0 spent in them (waiting for the other rank included). Goal (issue 15):
+   2 processes >= 1.8x one.
 2. Cost model. Times the single-process iteration (collection + update, CPU
-   time) at several batch sizes and fits t = a + b * branches; times a gloo
-   all_reduce of float32 tensors of several sizes between 2 ranks on
-   loopback, giving a latency per message and a bandwidth. Prints the
-   predicted speed-up at 8, 32 and 128 processes on loopback and on an
-   assumed 10 GbE network (formulae in docs/distributed.md).
+   time) at several batch sizes and fits t = a + b * branches; times, between
+   2 ranks on loopback, the trainer's sum over ranks (an all-gather and the
+   additions, ``Ranks._sum``) against gloo's all_reduce, each sleeping and
+   polling, for float32 tensors of several sizes, giving a latency per
+   message and a bandwidth. Prints the predicted speed-up at 8, 32 and 128
+   processes on loopback and on an assumed 10 GbE network (formulae in
+   docs/distributed.md).
 
     python benchmarks/bench_distributed.py            # or: grpo-ctrl bench distributed
     python benchmarks/bench_distributed.py --quick --json out.json
@@ -48,13 +54,15 @@ from grpo_ctrl.train import train  # noqa: E402
 
 GOAL_RATIO = 1.8
 PREDICT_AT = (8, 32, 128)
-SIZES = (1_000, 10_000, 100_000, 1_000_000)  # floats per all_reduce
-# (name, start states with 1 process, with 2): the default batch split in two
-# (strong scaling), the default batch on each process (weak), a 4x batch split
+SIZES = (16, 4_482, 100_000, 1_000_000)  # floats per collective (4482: the policy's gradient)
 # a network between machines, for the prediction: TCP over 10 Gb Ethernet
 NET_LATENCY, NET_BANDWIDTH = 50e-6, 1.1e9
+# (name, start states with 1 process, with 2): the default batch split in two
+# (strong scaling), the default batch on each process (weak), a 4x batch split
 CASES = (("32 starts split", 32, 32), ("32 starts per process", 32, 64),
          ("128 starts split", 128, 128))
+# the 2-process competitors: (name, GRPO_CTRL_DIST_SPIN_MS; None: the default)
+WAITS = (("polling", None), ("sleeping", "0"))
 
 
 def config(iterations: int, num_starts: int = 32):
@@ -72,29 +80,43 @@ def steps_per_iteration(cfg) -> int:
 def _timed_training(out_dir: str, cfg) -> None:
     stamps = []
     train("pendulum", "gym", cfg, None, progress=False, on_iteration=lambda trainer, row:
-          stamps.append((time.perf_counter(), time.process_time())))
+          stamps.append((time.perf_counter(), time.process_time(), trainer.ranks.collectives,
+                         trainer.ranks.waited_s)))
     with open(os.path.join(out_dir, f"{Ranks.current().rank}.json"), "w") as fh:
         json.dump(stamps, fh)
 
 
-def throughput(nproc: int, iterations: int, num_starts: int) -> dict:
+def throughput(nproc: int, iterations: int, num_starts: int, spin_ms: str | None = None) -> dict:
     """Iterations/s and steps/s of one run with nproc processes, timed on
     rank 0 from the end of the first iteration (start-up excluded) to the
-    end of the next-to-last (the last one includes an evaluation); and the
-    CPU seconds per iteration of the busiest rank, which load from other work
+    end of the next-to-last (the last one includes an evaluation); the CPU
+    seconds per iteration of the busiest rank, which load from other work
     changes little: one process's over it is the ratio the run would reach
-    with a core per rank and free communication."""
+    with a core per rank and free communication; rank 0's collectives per
+    iteration and its wall time in them. ``spin_ms``: GRPO_CTRL_DIST_SPIN_MS
+    for the workers (None: as set here, or the default)."""
     cfg = config(iterations, num_starts)
-    with tempfile.TemporaryDirectory() as tmp:
-        distributed.launch(nproc, _timed_training, (tmp, cfg))
-        stamps = [json.load(open(os.path.join(tmp, f"{r}.json"))) for r in range(nproc)]
-    wall = stamps[0][-2][0] - stamps[0][0][0]
-    cpu = max(s[-2][1] - s[0][1] for s in stamps)
-    its = (iterations - 2) / wall
+    saved = os.environ.get("GRPO_CTRL_DIST_SPIN_MS")
+    if spin_ms is not None:
+        os.environ["GRPO_CTRL_DIST_SPIN_MS"] = spin_ms  # the forked workers read it
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            distributed.launch(nproc, _timed_training, (tmp, cfg))
+            stamps = [json.load(open(os.path.join(tmp, f"{r}.json"))) for r in range(nproc)]
+    finally:
+        if saved is None:
+            os.environ.pop("GRPO_CTRL_DIST_SPIN_MS", None)
+        else:
+            os.environ["GRPO_CTRL_DIST_SPIN_MS"] = saved
+    n = iterations - 2
+    first, last = stamps[0][0], stamps[0][-2]
+    its = n / (last[0] - first[0])
     return {"nproc": nproc, "iterations_per_s": its,
             "optimiser_steps_per_s": its * cfg.epochs * cfg.minibatches,
             "sim_steps_per_s": its * steps_per_iteration(cfg),
-            "cpu_s_per_iteration": cpu / (iterations - 2)}
+            "cpu_s_per_iteration": max(s[-2][1] - s[0][1] for s in stamps) / n,
+            "collectives_per_iteration": (last[2] - first[2]) / n,
+            "collective_s_per_iteration": (last[3] - first[3]) / n}
 
 
 # ------------------------------------------------------------ 2. cost model
@@ -110,69 +132,90 @@ def compute_time(num_starts: int, iterations: int) -> float:
     return float(np.median(times[1:]))
 
 
-def _time_all_reduce(out_file: str, repeats: int) -> None:
-    result = {}
+def _time_reductions(out_file: str, repeats: int) -> None:
+    """Median wall time of a sum over the 2 ranks, per size: gloo's
+    all_reduce and the trainer's all-gather + additions, each with the
+    trainer's polled wait and sleeping in wait(), taken in turn so that other
+    work hits all four alike."""
+    here = Ranks.current()
+    waits = {"sleeping": Ranks(here.rank, here.world, spin=0.0),
+             "polling": Ranks(here.rank, here.world, spin=distributed.spin_seconds())}
+    times = {}
     for n in SIZES:
         t = torch.ones(n)
-        dist.all_reduce(t)  # warm the connection
-        times = []
-        for _ in range(repeats):
-            dist.barrier()
-            start = time.perf_counter()
-            dist.all_reduce(t)
-            times.append(time.perf_counter() - start)
-        result[n] = float(np.median(times))
+        for i in range(repeats + 5):  # the first 5 warm the connection
+            for method in ("all_reduce", "gathered sum"):
+                for wait, ranks in waits.items():
+                    dist.barrier()
+                    start = time.perf_counter()
+                    if method == "all_reduce":
+                        ranks._wait(dist.all_reduce(t, async_op=True))
+                    else:
+                        ranks._sum(t, out=t)
+                    if i >= 5:
+                        times.setdefault(f"{method}, {wait}, {n}", []).append(
+                            time.perf_counter() - start)
     if dist.get_rank() == 0:
         with open(out_file, "w") as fh:
-            json.dump(result, fh)
+            json.dump({key: float(np.median(v)) for key, v in times.items()}, fh)
 
 
-def all_reduce_times(repeats: int) -> dict[int, float]:
+def reduction_times(repeats: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "ar.json")
-        distributed.launch(2, _time_all_reduce, (out, repeats))
-        return {int(k): v for k, v in json.load(open(out)).items()}
+        out = os.path.join(tmp, "reductions.json")
+        distributed.launch(2, _time_reductions, (out, repeats))
+        return json.load(open(out))
 
 
-def ring_all_reduce(n: int, nbytes: float, latency: float, bandwidth: float) -> float:
-    """A ring all-reduce: 2 (n - 1) messages in sequence, each rank sending
-    2 (n - 1) / n of the data. With n = 2: 2 latencies + bytes / bandwidth."""
-    if n == 1:
-        return 0.0
-    return 2 * (n - 1) * latency + 2 * (n - 1) / n * nbytes / bandwidth
+def gathered_sum(n: int, nbytes: float, latency: float, bandwidth: float) -> float:
+    """The trainer's sum over n ranks: a ring all-gather, n - 1 messages in
+    sequence, each rank receiving (n - 1) times the data. With n = 2: one
+    latency + bytes / bandwidth."""
+    return (n - 1) * (latency + nbytes / bandwidth)
 
 
 def predict(n: int, branches: int, a: float, b: float, latency: float, bandwidth: float,
             grad_bytes: int, grad_reduces: int, small_reduces: int) -> float:
     """Seconds per iteration with n processes sharing ``branches``."""
-    return (a + b * branches / n + grad_reduces * ring_all_reduce(n, grad_bytes, latency, bandwidth)
-            + small_reduces * ring_all_reduce(n, 64, latency, bandwidth))
+    return (a + b * branches / n + grad_reduces * gathered_sum(n, grad_bytes, latency, bandwidth)
+            + small_reduces * gathered_sum(n, 256, latency, bandwidth))
 
 
 def compare_throughput(report: dict, iterations: int, rounds: int) -> None:
     report["throughput"] = {}
     print(f"1. throughput, pendulum, 8 branches x 64 steps per start state, overlap off, "
-          f"{iterations} iterations per run, {report['cores']} cores")
+          f"{iterations} iterations per run, {report['cores']} cores; 2 processes polling "
+          f"(the trainer's default) and sleeping in each collective")
     for name, one_starts, two_starts in CASES:
         pairs = []
         for r in range(rounds):
             load = os.getloadavg()[0]
             one = throughput(1, iterations, one_starts)
-            two = throughput(2, iterations, two_starts)
-            pairs.append({"one": one, "two": two, "load": load,
-                          "ratio": two["sim_steps_per_s"] / one["sim_steps_per_s"],
-                          "cpu_ratio": (two_starts / two["cpu_s_per_iteration"])
-                          / (one_starts / one["cpu_s_per_iteration"])})
-            print(f"  {name}, round {r + 1} (load {load:.1f}): 1 process "
-                  f"{one['sim_steps_per_s'] / 1e6:.2f} M steps/s, {one['iterations_per_s']:.1f} "
-                  f"updates/s | 2 processes {two['sim_steps_per_s'] / 1e6:.2f} M steps/s, "
-                  f"{two['iterations_per_s']:.1f} updates/s | {pairs[-1]['ratio']:.2f}x "
-                  f"wall, {pairs[-1]['cpu_ratio']:.2f}x by CPU time")
-        summary = {"rounds": pairs, "ratio_median": float(np.median([p["ratio"] for p in pairs])),
-                   "cpu_ratio_median": float(np.median([p["cpu_ratio"] for p in pairs]))}
+            result = {"one": one, "load": load}
+            line = (f"  {name}, round {r + 1} (load {load:.1f}): 1 process "
+                    f"{one['sim_steps_per_s'] / 1e6:.2f} M steps/s, "
+                    f"{one['iterations_per_s']:.1f} updates/s")
+            for wait, spin_ms in WAITS:
+                two = throughput(2, iterations, two_starts, spin_ms)
+                result[wait] = {**two, "ratio": two["sim_steps_per_s"] / one["sim_steps_per_s"],
+                                "cpu_ratio": (two_starts / two["cpu_s_per_iteration"])
+                                / (one_starts / one["cpu_s_per_iteration"])}
+                line += (f"\n    2 processes, {wait}: {two['sim_steps_per_s'] / 1e6:.2f} M steps/s,"
+                         f" {two['iterations_per_s']:.1f} updates/s | "
+                         f"{result[wait]['ratio']:.2f}x wall, {result[wait]['cpu_ratio']:.2f}x "
+                         f"by CPU time | {two['collectives_per_iteration']:.1f} collectives, "
+                         f"{two['collective_s_per_iteration'] * 1e3:.1f} ms in them per "
+                         f"iteration")
+            pairs.append(result)
+            print(line, flush=True)
+        summary = {"rounds": pairs}
+        for wait, _ in WAITS:
+            summary[wait] = {key: float(np.median([p[wait][key] for p in pairs]))
+                             for key in ("ratio", "cpu_ratio")}
         report["throughput"][name] = summary
-        print(f"  {name}: median {summary['ratio_median']:.2f}x wall, "
-              f"{summary['cpu_ratio_median']:.2f}x by CPU time (goal >= {GOAL_RATIO}x)")
+        print(f"  {name}: median " + ", ".join(
+            f"{wait} {summary[wait]['ratio']:.2f}x wall, {summary[wait]['cpu_ratio']:.2f}x by CPU "
+            f"time" for wait, _ in WAITS) + f" (goal >= {GOAL_RATIO}x)")
 
 
 def cost_model(report: dict, iterations: int, repeats: int) -> None:
@@ -184,25 +227,30 @@ def cost_model(report: dict, iterations: int, repeats: int) -> None:
     print("  one process, CPU time per iteration: " + ", ".join(
         f"{s * 8} branches {per_it[s] * 1e3:.1f} ms" for s in starts)
         + f"\n  fit: a = {a * 1e3:.2f} ms fixed + b = {b * 1e6:.1f} us per branch")
-    ar = all_reduce_times(repeats)
-    # 2 ranks: t = 2 latency + bytes / bandwidth; latency from the smallest
-    # message, bandwidth from the slope between the two largest
-    (_, t_small), (n_big1, t_big1), (n_big2, t_big2) = sorted(ar.items())[0], \
-        *sorted(ar.items())[-2:]
-    latency, bandwidth = t_small / 2, 4 * (n_big2 - n_big1) / max(t_big2 - t_big1, 1e-9)
-    print("  gloo all_reduce, 2 ranks, loopback: " + ", ".join(
-        f"{n * 4 / 1e3:g} kB {t * 1e6:.0f} us" for n, t in ar.items())
-        + f"\n  fit: latency {latency * 1e6:.0f} us per message, {bandwidth / 1e9:.2f} GB/s")
+    times = reduction_times(repeats)
+    for method in ("all_reduce", "gathered sum"):
+        for wait in ("sleeping", "polling"):
+            print(f"  {method}, {wait}, 2 ranks, loopback: " + ", ".join(
+                f"{n * 4 / 1e3:g} kB {times[f'{method}, {wait}, {n}'] * 1e6:.0f} us"
+                for n in SIZES))
+    # the trainer's (gathered sum, polling), 2 ranks: t = latency + bytes / bandwidth; the
+    # latency from the smallest message, the bandwidth from the slope between the two largest
+    ours = [times[f"gathered sum, polling, {n}"] for n in SIZES]
+    latency = ours[0]
+    bandwidth = 4 * (SIZES[-1] - SIZES[-2]) / max(ours[-1] - ours[-2], 1e-9)
+    print(f"  fit (gathered sum, polling): latency {latency * 1e6:.0f} us per message, "
+          f"{bandwidth / 1e9:.2f} GB/s")
     cfg = config(1)
     policy = Trainer(cfg, "pendulum", "gym", Ranks()).policy
     grad_floats = sum(p.numel() for p in policy.parameters())
     grad_reduces = cfg.epochs * cfg.minibatches
-    small = 2 + (2 if cfg.adv_scale == "batch" else 0)  # clock and stop; normaliser, diagnostics
+    small = 1 + (2 if cfg.adv_scale == "batch" else 0)  # normaliser, diagnostics, clock (+ std)
     model = dict(a=a, b=b, latency=latency, bandwidth=bandwidth, grad_bytes=4 * grad_floats,
                  grad_reduces=grad_reduces, small_reduces=small)
     print(f"  gradient {grad_floats} floats ({4 * grad_floats / 1e3:.1f} kB), {grad_reduces} "
-          f"all-reduces per iteration + {small} small ones")
-    report["cost_model"] = {**model, "compute_s": per_it, "all_reduce_s": ar, "predictions": []}
+          f"gradient sums per iteration + {small} small one(s)")
+    report["cost_model"] = {**model, "compute_s": per_it, "reduction_s": times,
+                            "predictions": []}
     networks = (("loopback, as measured", latency, bandwidth),
                 ("10 GbE, assumed", NET_LATENCY, NET_BANDWIDTH))
     for network, lat, bw in networks:

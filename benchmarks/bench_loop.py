@@ -11,7 +11,8 @@ pip, mix.
 
 For each load and rate: achieved command rate, missed periods (ticks whose
 command did not answer the previous STATE), watchdog trips (the run ends with
-the first), the round trip measured by the device (a STATE leaves at the
+the first; protocol version 3: at a tick's due time the command in effect
+answered a STATE more than the watchdog old), the round trip measured by the device (a STATE leaves at the
 tick -> the COMMAND answering it arrives; p99 and max), frames lost and
 telemetry rows dropped.
 

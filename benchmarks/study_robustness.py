@@ -112,7 +112,7 @@ def evaluate(controller, episodes: int, realistic: int, held: int, cache: Path) 
     if cache.is_file():
         r = json.loads(cache.read_text())
         if (r["episodes"], r["realistic_episodes"], len(r["returns"])) == (episodes, realistic,
-                                                                           held):
+                                                                           held) and "points" in r:
             return {**r, "returns": np.array(r["returns"])}
     rb = robustness.benchmark(controller, episodes, realistic)
     ep = heldout.run(controller, held)
@@ -120,6 +120,7 @@ def evaluate(controller, episodes: int, realistic: int, held: int, cache: Path) 
          "realistic": rb["realistic"]["success"],
          "realistic_sign_changes": rb["realistic"]["du_sign_changes"],
          "realistic_du": rb["realistic"]["du_mean"],
+         "points": [[p.category, p.label, p.value, p.success] for p in rb["points"]],
          "returns": ep.returns.tolist(), "success": float(ep.success.mean()),
          "du": float(ep.du_mean.mean()), "sign_changes": float(ep.du_sign_changes.mean()),
          "episodes": episodes, "realistic_episodes": realistic}
@@ -132,6 +133,22 @@ def mean_se(values, fmt="{:.1f}", scale=1.0) -> str:
     se = v.std(ddof=1) / np.sqrt(v.size) if v.size > 1 else 0.0
     return (f"{fmt.format(v.mean())} ± {fmt.replace('+', '').format(se)} ("
             + ", ".join(fmt.format(x) for x in v) + ")")
+
+
+def weak_points(results: dict, baseline: dict, names: list[str]) -> str:
+    """The grid points where some controller fails an episode: success per
+    seed and the baseline's, on the same episodes (where the score's points go)."""
+    at = {n: [{tuple(p[:3]): p[3] for p in r["points"]} for r in results[n]] for n in names}
+    base = {tuple(p[:3]): p[3] for p in baseline["points"]}
+    weak = [k for k in base if base[k] < 1 or any(s[k] < 1 for n in names for s in at[n])]
+    lines = ["\nGrid points below 100% for some controller (success, per seed):\n",
+             "| category | what | value | " + " | ".join(names) + " | swing-up + LQR |",
+             "|---|---|---|" + "---|" * (len(names) + 1)]
+    for k in weak:
+        cells = [", ".join(f"{100 * s[k]:.0f}" for s in at[n]) for n in names]
+        lines.append(f"| {k[0]} | {k[1]} | {k[2]:g} | " + " | ".join(cells)
+                     + f" | {100 * base[k]:.0f} |")
+    return "\n".join(lines)
 
 
 def report(results: dict, baseline: dict, realistic: int, held: int) -> str:
@@ -166,6 +183,7 @@ def report(results: dict, baseline: dict, realistic: int, held: int) -> str:
         cells = [", ".join(str(r["train"][key]) for r in results[n]) for n in names]
         lines.append(f"| first evaluation at {key[6:]}% success (iteration, per seed) | "
                      + " | ".join(cells) + " | |")
+    lines.append(weak_points(results, baseline, names))
     if len(names) == 2:  # paired, seed by seed, on the same held-out episodes
         lines.append("\nNominal return, randomised - nominal training, paired on the same "
                      f"{held} held-out episodes:\n")

@@ -74,6 +74,7 @@ _REDUCTIONS = {
     "ReduceProd": ("({a} * {b})", "{acc}"),
 }
 _FOLDED_ONLY = {"Shape", "Size", "ConstantOfShape", "Range"}  # must reduce to constants
+_SUM_REG = 12  # a blocked product's sums live in s12.. on an Arm FPU (_mac_macro)
 # libm functions avr-libc 2.0 lacks: a definition each, compiled on AVR only
 _AVR_LIBM_GAPS = {
     "log1pf": """static float avr_log1pf(float x)
@@ -109,6 +110,8 @@ class SizeReport:
     const_bytes: int     # weights and index tables (flash)
     ram_bytes: int       # scratch array: the largest set of live intermediates
     libm: list[str]
+    macs: int = 0        # multiply-adds of the matrix products per step
+    packed_macs: int = 0  # of those, the ones whose weight is read packed (3.5 B)
 
     def summary(self) -> str:
         return (f"{self.const_bytes} B constants (flash), RAM {self.ram_bytes} B scratch "
@@ -180,8 +183,10 @@ class _Emitter:
     pack: bool = False  # store large constant arrays packed (_packed): 3.5 B a float
     block: int = 1  # outputs of a matrix product computed per pass over its input
     packed: set = field(default_factory=set)  # C names of the arrays stored packed
-    loads: set = field(default_factory=set)  # n of the <ROM>_LOAD<n> macros the C uses
+    loads: set = field(default_factory=set)  # (inputs, outputs) of the <ROM>_MAC macros used
     then: dict = field(default_factory=dict)  # product's output -> the unary op it stores through
+    macs: int = 0  # multiply-adds of the matrix products (SizeReport)
+    packed_macs: int = 0
 
     def const_at(self, name: str, arr: np.ndarray, idx: str) -> str:
         """C expression of element ``idx`` of constant ``name`` (a flash read on AVR)."""
@@ -320,8 +325,9 @@ def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
     per pass over its input, each in its own accumulator (the same sums in
     the same order): fewer loads where registers are plenty (Cortex-M4F:
     16), more spills where every float operation is a call (AVR: 1). Its
-    weights are then read in storage order through a pointer, eight a load
-    (``_load_macros``: one VLDM on an Arm FPU, plain reads elsewhere)."""
+    weights are then read in storage order through a pointer, and its input
+    up to four at a time (``_mac_macro``: VLDMs, the multiplies, the adds in
+    one asm statement on an Arm FPU; plain C elsewhere)."""
     check_c_name(name)
     in_name, out_name, nobs = _io_sizes(model)
     g = model.graph
@@ -390,7 +396,7 @@ def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
     out = tensors[out_name]
     body = "\n".join(em.lines)
     libm = sorted(set(_LIBM_CALL.findall(body)))
-    size = SizeReport(em.const_bytes, 4 * ram, libm)
+    size = SizeReport(em.const_bytes, 4 * ram, libm, em.macs, em.packed_macs)
     meta = metadata.raw(model)
     return CSource(name, _c_file(name, em, body, ram, out, nobs, size, meta),
                    _h_file(name, nobs, size, meta), size)
@@ -591,22 +597,31 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
         return _at(tensors[name], index)
 
     a = elem(a_name, shapes[0], m, "k", ta)
-    # outputs per pass: B accumulators share each load of A (em.block)
-    blk = em.block if b_name in consts and em.block > 1 and N % em.block == 0 and N > 1 else 1
-    walk = None  # C name of a blocked B read in storage order through a pointer
+    # outputs per pass: B accumulators share each load of A (em.block), where
+    # B is constant (and not packed) and A one run-time row (the policy's batch of 1)
+    # (a single output, N = 1, is one sum through the same kernel)
+    mac = (b_name in consts and em.block > 1 and M == 1 and not ta and a_name not in consts and
+           (em.block <= 8 or em.block % 8 == 0) and em.block <= 32 - _SUM_REG)
+    blk = em.block if mac and N % em.block == 0 and N > 1 else 1
+    mac = mac and (blk > 1 or N == 1)
     if b_name in consts:
         b_nk = np.asarray(consts[b_name], np.float32)
         b_nk = b_nk if tb else b_nk.T
-        if blk > 1:  # stored (N / B, K, B): the B weights of one k side by side
-            b_blk = b_nk.reshape(N // blk, blk, K).transpose(0, 2, 1)
-            key = b_name + f' (N/{blk} x K x {blk})'
-            b = [em.const_at(key, b_blk, f'j * {K} + k * {blk} + {r}') for r in range(blk)]
-            if em.const_names[key] not in em.packed:
-                walk = em.const_names[key]
+        if em.pack and _packed(b_nk.reshape(-1)) is not None:
+            blk, mac = 1, False
+        if mac:  # read in storage order through a pointer: _mac_macro's layout
+            unroll = next(u for u in (4, 3, 2, 1) if K % u == 0)
+            gs = min(8, blk)
+            layout = b_nk.reshape(N // blk, blk // gs, gs, K // unroll, unroll)
+            key = b_name + f' (N/{blk}, K/{unroll}, {blk // gs}, {unroll}, {gs})'
+            walk = em.const_array(key, layout.transpose(0, 3, 1, 4, 2))
         else:
             b = em.const_at(b_name + ' (N x K)', b_nk, 'k' if N == 1 else f'j * {K} + k')
+            if em.const_names[b_name + ' (N x K)'] in em.packed:
+                em.packed_macs += M * N * K
     else:
         b = elem(b_name, shapes[1], "k", j, tb)
+    em.macs += M * N * K
     row = f"m * {N} + " if M > 1 else ""
     dst = _at(out, f"{row}j" if N > 1 else (f"m * {N}" if M > 1 else "0"))
     value = "acc"
@@ -640,30 +655,21 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
             c = (em.const_at(c_name, consts[c_name], c_idx) if c_name in consts
                  else _at(tensors[c_name], c_idx))
         value += f" + {c}" if beta == 1.0 else f" + {_float_literal(beta)} * {c}"
-    if blk > 1:
+    if mac:
         def at_j(text, r):  # output j + r
             return re.sub(r"\bj\b", f"(j + {r})", text) if r else text
         accs = [f"acc{r}" for r in range(blk)]
-        if walk:  # the weights in storage order, up to 8 a load (<ROM>_LOAD<n>, _c_file)
-            body = [f"  float {', '.join(f'w{r}' for r in range(blk))};"]
-            for r0 in range(0, blk, 8):
-                n = min(8, blk - r0)
-                em.loads.add(n)
-                ws = [f"w{r}" for r in range(r0, r0 + n)]
-                body += [f"  {em.rom}_LOAD{n}(wp, {', '.join(ws)});"] + \
-                        [f"  acc{r} += a * w{r};" for r in range(r0, r0 + n)]
-        else:
-            body = [f"  {acc} += a * {w};" for acc, w in zip(accs, b)]
-        lines = [f"float {' = 0.0f, '.join(accs)} = 0.0f;",
-                 f"for (int k = 0; k < {K}; ++k) {{",
-                 f"  const float a = {a};"] + body + ["}"] + \
+        em.loads.add((unroll, blk))
+        lines = [" ".join(f"{em.rom}_SUM({acc}, \"s{_SUM_REG + r}\");"
+                          for r, acc in enumerate(accs)),
+                 f"for (int k = 0; k < {K}; k += {unroll}) "
+                 f"{em.rom}_MAC{unroll}X{blk}(ap, wp, {', '.join(accs)});"] + \
                 [store(at_j(dst, r), at_j(value, r).replace('acc', acc, 1), acc)
                  for r, acc in enumerate(accs)]
-        lines = [f"for (int j = 0; j < {N}; j += {blk}) {{"] + ["  " + x for x in lines] + ["}"]
-        if walk:
-            lines = [f"const float *wp = {walk};"] + lines
-            if M == 1:
-                lines = ["{"] + ["  " + x for x in lines] + ["}"]
+        lines = [f"const float *wp = {walk};", f"for (int j = 0; j < {N}; j += {blk}) {{",
+                 f"  const float *ap = &{_at(tensors[a_name], '0')};"] + \
+                ["  " + x for x in lines] + ["}"]
+        lines = ["{"] + ["  " + x for x in lines] + ["}"]
     else:
         lines = ["float acc = 0.0f;",
                  f"for (int k = 0; k < {K}; ++k) acc += {a} * {b};",
@@ -815,7 +821,14 @@ static float {name}_unpack(const unsigned char *low, const unsigned char *top,
 }}
 #define {rom}_PACKED(a, i) {name}_unpack(a##_low, a##_top, a##_tab, (unsigned int)(i))
 """
-    loads = "".join(_load_macros(rom, n) for n in sorted(em.loads))
+    loads = "".join(_mac_macro(rom, u, blk) for u, blk in sorted(em.loads))
+    if em.loads:  # a blocked product's sums, where the kernel wants them (_mac_macro)
+        loads = f"""#if defined(__GNUC__) && defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 4)
+#define {rom}_SUM(c, reg) register float c __asm__(reg) = 0.0f
+#else
+#define {rom}_SUM(c, reg) float c = 0.0f
+#endif
+""" + loads
     return f"""/* Generated by grpo-ctrl export from a verified ONNX graph; do not edit.
  * {size.summary()}
  */
@@ -853,27 +866,71 @@ int {name}_step(const float *obs, float *action) {{
 """
 
 
-def _load_macros(rom: str, n: int) -> str:
-    """``<ROM>_LOAD<n>(p, w0, ...)``: the next n floats of constant memory at
-    p into w0..w<n-1>, p advanced past them. Where the FPU is an Arm VFP
-    (Cortex-M4F) one VLDM; GCC does not merge float loads into one (it emits
-    a VLDR each), and in the matrix products' inner loop those loads were a
-    third of the instructions. Elsewhere (AVR, the host) plain reads."""
-    ws = [f"w{r}" for r in range(n)]
-    regs = [f"s{r}" for r in range(n)]
-    bound = ", ".join(f"{w}_ __asm__(\"{r}\")" for w, r in zip(ws, regs))
-    outs = ", ".join(f"\"=t\"({w}_)" for w in ws)
-    span = f"{regs[0]}-{regs[-1]}" if n > 1 else regs[0]
+def _mac_macro(rom: str, u: int, blk: int) -> str:
+    """``<ROM>_MAC<u>X<blk>(ap, wp, c0, ...)``: the next u inputs at ap
+    (run-time floats) times the next u x blk weights at wp (constants) added
+    into the blk sums c_r, each in input order; ap and wp advanced past what
+    was read. The inner step of a blocked matrix product. The weights are
+    stored for it in groups of eight outputs (fewer when blk is): per group,
+    per input, the group's weights side by side.
+
+    Where the FPU is an Arm VFP (Cortex-M4F) it is an asm statement per
+    group: the first loads the u inputs into s8.. with one VLDM, then per
+    input a VLDM of the group's weights into s0.., that many VMUL, then the
+    VADDs. By the Cortex-M4 TRM (the firmware bridge's m4_cycles) that is 3
+    cycles a multiply-add and no stall (VLDM 1 + n; VMUL, VADD 1 each, one
+    more only where the next instruction reads the result), and 1 + u cycles
+    for the inputs; VMLA or VFMA would be 3 cycles alone, and VFMA rounds
+    once, not as the host's C does. GCC, left to this, emits a VLDR (2
+    cycles) a weight or, given the VLDMs, spills sums and shuffles registers
+    (16 sums, the weights and the inputs fill the FPU's 32); so the sums are
+    declared with ``<ROM>_SUM``, pinned to s12.. where this kernel runs. Elsewhere
+    plain C: the same two roundings a product, in the same order."""
+    gs = min(8, blk)
+    cs = [f"c{r}" for r in range(blk)]
+    vs = [f"v{i}_" for i in range(u)]
+    span = lambda first, n: f"s{first}" if n == 1 else f"s{first}-s{first + n - 1}"  # noqa: E731
+    statements = []
+    for g in range(blk // gs):
+        first = g == 0
+        # operands: the pointers, the inputs (outputs of the first statement), the sums
+        ptr = ['"+r"(ap)', '"+r"(wp)'] if first else ['"+r"(wp)']
+        wp_op = 1 if first else 0
+        outs = ptr + ([f'"=t"({v})' for v in vs] if first else []) + \
+            [f'"+t"({c})' for c in cs[g * gs:(g + 1) * gs]]
+        sums = {r: f"%{len(outs) - gs + r}" for r in range(gs)}
+        ins = ([] if first else [f'"t"({v})' for v in vs]) + \
+            ([f'"m"(*(const float (*)[{u}])(ap))'] if first else []) + \
+            [f'"m"(*(const float (*)[{u * gs}])(wp))']
+        asm = [f"vldmia %0!, {{{span(8, u)}}}"] if first else []
+        if gs == 1:  # one sum: the u weights in one load, the adds in input order
+            asm += [f"vldmia %1!, {{{span(0, u)}}}"] + \
+                   [f"vmul.f32 s{i}, s{8 + i}, s{i}" for i in range(u)] + \
+                   [f"vadd.f32 {sums[0]}, {sums[0]}, s{i}" for i in range(u)]
+        for i in range(u if gs > 1 else 0):
+            asm += [f"vldmia %{wp_op}!, {{{span(0, gs)}}}"]
+            asm += [f"vmul.f32 s{r}, s{8 + i}, s{r}" for r in range(gs)]
+            asm += [f"vadd.f32 {sums[r]}, {sums[r]}, s{r}" for r in range(gs)]
+        text = " \\\n            ".join(f'"{x}\\n\\t"' for x in asm)
+        clobbers = ", ".join(f'"s{r}"' for r in range(gs if gs > 1 else u))
+        statements.append(f"""    __asm__({text} \\
+            : {', '.join(outs)} \\
+            : {', '.join(ins)} \\
+            : {clobbers}); \\""")
+    pins = ", ".join(f'{v} __asm__("s{8 + i}")' for i, v in enumerate(vs))
+    plain = " ".join(f"c{g * gs + r} += (ap)[{i}] * {rom}_F(wp, {(g * u + i) * gs + r});"
+                     for g in range(blk // gs) for i in range(u) for r in range(gs))
+    name = f"{rom}_MAC{u}X{blk}(ap, wp, {', '.join(cs)})"
     return f"""#if defined(__GNUC__) && defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 4)
-#define {rom}_LOAD{n}(p, {', '.join(ws)}) do {{ \\
-    register float {bound}; \\
-    __asm__("vldmia %0!, {{{span}}}" : "+r"(p), {outs} : "m"(*(const float (*)[{n}])(p))); \\
-    {' '.join(f'{w} = {w}_;' for w in ws)} \\
+#define {name} do {{ \\
+    register float {pins}; \\
+{chr(10).join(statements)}
   }} while (0)
 #else
-#define {rom}_LOAD{n}(p, {', '.join(ws)}) do {{ \\
-    {' '.join(f'{w} = {rom}_F(p, {r});' for r, w in enumerate(ws))} \\
-    (p) += {n}; \\
+#define {name} do {{ \\
+    {plain} \\
+    (ap) += {u}; \\
+    (wp) += {u * blk}; \\
   }} while (0)
 #endif
 """

@@ -262,6 +262,26 @@ def controller_c(b: Board, model):
     return generate_c(model, "policy", pack=b.pack_weights, block=b.block)
 
 
+def widened(model, h: int, seed: int | None = None):
+    """A copy of ``model``, a nobs-H-H-1 MLP like the rig policy (weights named
+    net.0/2/4), with random h-wide hidden layers: for sizes and timing."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    rng = np.random.default_rng(h if seed is None else seed)
+    nobs = next(numpy_helper.to_array(t).shape[1] for t in model.graph.initializer
+                if t.name == "net.0.weight")
+    shapes = {"net.0.weight": (h, nobs), "net.0.bias": (h,), "net.2.weight": (h, h),
+              "net.2.bias": (h,), "net.4.weight": (1, h)}
+    for t in model.graph.initializer:
+        if t.name in shapes:
+            t.CopyFrom(numpy_helper.from_array(
+                (rng.standard_normal(shapes[t.name]) * 0.1).astype(np.float32), t.name))
+    return model
+
+
 def largest_mlp(nobs: int, weight_bytes: int, packed: bool = False) -> int:
     """Widest hidden layer H of an nobs-H-H-1 float network (with input
     normalisation) whose constants take at most ``weight_bytes`` (``packed``:
@@ -329,6 +349,58 @@ def check_fit(b: Board, fit: Fit, nobs: int) -> None:
         ("" if h else " (none does)") + "; train a smaller one (grpo-ctrl train --hidden ...)")
 
 
+# ---------------------------------------------------------------- time on the Uno
+# The Uno's on-device tick (fw_tick with the core calling the policy: the
+# observation, the policy, the clamp, the STATE frame), in CPU cycles:
+# UNO_TICK_FIXED + UNO_MAC a multiply-add (UNO_PACKED_MAC where the weight is
+# read packed). Measured on simavr (cycle-accurate) for the rig policy's graph
+# with 3-H-H-1 weights, H = 1 to 64 (python benchmarks/bench_boards.py
+# --uno-widths 1,2,3,4,8,12,16,24,64): within about 10 % of each (software
+# floating point takes data-dependent time). An estimate for a controller
+# like that graph (normalisation, Relu layers, tanh, clip).
+UNO_TICK_FIXED, UNO_MAC, UNO_PACKED_MAC = 15400, 300, 315
+UNO_ON_DEVICE_SHARE = 0.25  # of the period: the goal for the on-device tick
+
+
+def uno_tick_estimate(macs: int, packed_macs: int = 0) -> float:
+    """Estimated cycles of the Uno's on-device tick for a controller with
+    ``macs`` multiply-adds (``packed_macs`` of them on packed weights)."""
+    return UNO_TICK_FIXED + UNO_MAC * (macs - packed_macs) + UNO_PACKED_MAC * packed_macs
+
+
+def uno_widest_in_time(nobs: int, cycles: float) -> int:
+    """Widest H of an nobs-H-H-1 network whose estimated on-device tick
+    takes at most ``cycles`` (0: none)."""
+    h = 0
+    while True:
+        w = h + 1
+        square = w * w  # packed where generate_c(pack=True) would pack it (_packed)
+        packed = square if square >= 256 else 0
+        if uno_tick_estimate(nobs * w + square + w, packed) > cycles:
+            return h
+        h = w
+
+
+def on_device_timing(b: Board, policy_src, nobs: int, dt: float) -> str | None:
+    """A line on whether the Uno can run the controller on the chip at the
+    period dt (None on other boards)."""
+    if b.name != "uno":
+        return None
+    size = policy_src.size
+    est = uno_tick_estimate(size.macs, size.packed_macs)
+    budget = b.clock_hz * dt
+    share = est / budget
+    h = uno_widest_in_time(nobs, UNO_ON_DEVICE_SHARE * budget)
+    verdict = ("within" if share <= UNO_ON_DEVICE_SHARE else "over") + \
+        f" the {100 * UNO_ON_DEVICE_SHARE:.0f} % goal"
+    return (f"on-device control, estimated from simavr measurements: about {est:,.0f} cycles a "
+            f"tick ({size.macs} multiply-adds) = {1e3 * est / b.clock_hz:.1f} ms, "
+            f"{100 * share:.0f} % of the {1 / dt:.0f} Hz period, {verdict}" +
+            ("" if share <= 1 else "; the chip cannot run it at this rate (every tick late)") +
+            f". The widest {nobs}-H-H-1 network within {100 * UNO_ON_DEVICE_SHARE:.0f} % has "
+            f"H = {h}; host-computed control is unaffected")
+
+
 # ---------------------------------------------------------------- on an emulated MCU
 EMULATOR = {"uno": ("simavr", "simavr"), "mps2-an386": ("qemu-system-arm", "qemu-system-arm")}
 # what one count of target_check.c is: AVR cycles; SysTick periods at 25 MHz,
@@ -360,13 +432,16 @@ static const float CHECK_TABLE[] = {{{body}}};
 """
 
 
-def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
+def target_check(b: Board, policy_src, obs, timeout: float = 300.0,
+                 cycles: bool = False) -> dict:
     """Build ``firmware/board/target_check.c`` with the controller for board
     ``b``, run it on the emulator, and return ``out`` (the commands for
     ``obs``, float32), per-call ``tick``, ``receive`` and ``policy`` counts
     in cycles (AVR) or instructions (Cortex-M4F, QEMU -icount), ``mode``,
     ``image`` (the check image's Sizes: core + controller, no board
-    back-end) and, on AVR, ``stack`` (bytes)."""
+    back-end), on AVR ``stack`` (bytes) and, with ``cycles`` on the
+    Cortex-M4F, ``cycles``: per call the Cortex-M4 TRM estimate from an
+    instruction trace (``_m4_cycles``; a second QEMU run, a few seconds)."""
     import numpy as np
 
     with tempfile.TemporaryDirectory(prefix="grpo_ctrl_check_") as tmp:
@@ -381,7 +456,10 @@ def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
         srcs = [folder / n for n in ("target_check.c", "fw_core.c", "proto.c", "policy.c")]
         if b.name == "uno":  # whether it fits the Uno is the sketch build's measurement
             b = CHECK_AVR
-        objs = [compile_object(b, c, folder / f"{c.name}.o", (), (folder,)) for c in srcs]
+        # -fno-ipa-icf: the measured_* wrappers stay apart (target_check.c)
+        objs = [compile_object(b, c, folder / f"{c.name}.o",
+                               ("-fno-ipa-icf",) if c.name == "target_check.c" else (), (folder,))
+                for c in srcs]
         if b is CHECK_AVR:
             _run([b.cc, *b.target_flags, *_OPT[b.name], "-fuse-linker-plugin", "-Wl,--gc-sections",
                   *objs, "-o", elf, "-lm"], "linking the check image")
@@ -398,6 +476,8 @@ def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
         proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
                               timeout=timeout)
         image = size_of(b, elf)
+        estimate = _m4_cycles(cmd, elf, folder, timeout) if cycles and b.name == "mps2-an386" \
+            else None
     text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)  # simavr: stderr
     items = re.findall(r"\b(out|tick|ondevice|receive|policy|reps|mode|stack|done)\b ?([0-9a-f]*)",
                        text)
@@ -410,7 +490,35 @@ def target_check(b: Board, policy_src, obs, timeout: float = 300.0) -> dict:
         res[k] = res[k] * COUNT_UNIT[b.name] / reps
     res["out"] = outs
     res["image"] = image
+    if estimate is not None:
+        res["cycles"] = estimate
     return res
+
+
+MEASURED = ("tick", "receive", "policy", "ondevice")  # target_check.c's measured_<name>
+
+
+def _m4_cycles(cmd: list, elf: Path, folder: Path, timeout: float) -> dict:
+    """The check image again on QEMU with every executed instruction logged,
+    costed by the Cortex-M4 TRM's timings (``m4_cycles``): per measured call,
+    mean ``instructions``, estimated ``cycles``, ``refills`` (taken branches,
+    each ``m4_cycles.REFILL`` of the cycles) and, for the on-device tick,
+    the cycles ``by_symbol``."""
+    from grpo_ctrl.firmware_bridge import m4_cycles
+
+    log = folder / "trace.log"
+    subprocess.run([str(c) for c in cmd[:-2]] + ["-singlestep", "-d", "exec,nochain", "-D",
+                                                 str(log), "-kernel", str(elf)],
+                   capture_output=True, timeout=timeout, check=True)
+    syms = m4_cycles.symbols(elf)
+    calls = m4_cycles.calls(m4_cycles.trace_pcs(log), m4_cycles.disassemble(elf),
+                            {k: syms[f"measured_{k}"] for k in MEASURED})
+    out = {k: {w: calls[k].mean(w) for w in ("instructions", "cycles", "refills")}
+           for k in MEASURED}
+    n = len(calls["ondevice"].cycles)
+    out["ondevice"]["by_symbol"] = {s: c / n for s, c in sorted(
+        calls["ondevice"].by_symbol.items(), key=lambda kv: -kv[1])}
+    return out
 
 
 # ---------------------------------------------------------------- the command
@@ -428,14 +536,15 @@ def run(args: argparse.Namespace) -> int:
     b = board(args.board)
     out = check_folder(args.out)
     sketch = re.sub(r"[^A-Za-z0-9_]", "_", out.resolve().name) or "pendulum_board"
-    policy_src, nobs = None, 0
+    policy_src, nobs, dt = None, 0, 0.0
     if args.policy:
         import onnx
 
         from grpo_ctrl.export.session import PolicySession
 
         # both back-ends are the pendulum with the rig preset's rate and limit
-        nobs = PolicySession(args.policy, system="pendulum", preset="rig").nobs
+        session = PolicySession(args.policy, system="pendulum", preset="rig")
+        nobs, dt = session.nobs, session.dt
         policy_src = controller_c(b, onnx.load(args.policy))
     missing = b.missing()
     fit = None
@@ -464,6 +573,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"with the controller linked in: flash {fit.total.flash} B ({fit.const_bytes} B "
                   f"of weights), static RAM {fit.total.ram} B + {fit.scratch} B scratch on the "
                   "stack")
+    timing = on_device_timing(b, policy_src, nobs, dt) if policy_src is not None else None
+    if timing:
+        print(timing)
     if b.name == "uno":
         print(f"upload: arduino-cli compile --fqbn arduino:avr:uno {out} && arduino-cli upload "
               f"-p /dev/ttyACM0 --fqbn arduino:avr:uno {out}")

@@ -65,8 +65,8 @@ def arm_hold_gains(spec) -> tuple[float, float]:
 
 class Excitation:
     """The host-side command source: the multisine by device-independent
-    wall time since the first STATE, with the guards. Called once per STATE
-    (and for keep-alives), allocation-free but for the float it returns.
+    wall time since the first STATE, with the guards. Called once per STATE,
+    allocation-free but for the float it returns.
     ``command(k, obs)`` is the law at step k, for a simulator too."""
 
     def __init__(self, spec, u_max: float, dt: float, duration: float, seed: int,

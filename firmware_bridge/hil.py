@@ -279,7 +279,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--watchdog-ms", type=number(float, above=0.0, high=10_000.0, unit=" (ms)"),
                    default=None,
-                   help="command watchdog (default: two control periods)")
+                   help="watchdog: the oldest STATE the command in effect may answer "
+                        "(default: two control periods)")
     p.add_argument("--velocity-limit", type=number(float, 0.0, 1e6, unit=" (0: none)"),
                    default=None,
                    help="disarm beyond this speed, rad/s or m/s (0: none)")

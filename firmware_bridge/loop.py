@@ -1,5 +1,5 @@
-"""The control loop: arm, answer every STATE with the policy's COMMAND,
-keep the watchdog fed, and stop safely however the run ends.
+"""The control loop: arm, answer every STATE with the policy's COMMAND
+(which feeds the device's watchdog), and stop safely however the run ends.
 
     STATE in -> features (raw counts -> the plant's observation vector)
              -> onnxruntime -> COMMAND out (answering that STATE's seq)
@@ -22,7 +22,6 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.firmware_bridge import protocol as P
 from grpo_ctrl.firmware_bridge.link import LinkError, await_frame
 
-KEEPALIVE_AFTER = 1.5   # periods without a STATE before the host re-sends its command
 KEEPALIVES_PER_WATCHDOG = 4  # under on-device control: one COMMAND per watchdog_us / 4
 MIN_LOST_GAP = 64       # a gap up to this many frames is always taken for frames lost
 FLOOD_WINDOW = 0.5      # s: more than twice the device's rate over this long is a flood
@@ -35,7 +34,6 @@ class _Run:
     lost: int = 0
     states: int = 0
     commands: int = 0
-    keepalives: int = 0
     stale: int = 0
     armed_states: int = 0
     latencies_us: list = field(default_factory=list)   # device-measured, per period
@@ -67,6 +65,7 @@ class ControlLoop:
                               if keepalive_only else 0.0)
         self.next_command = 0.0
         self.r = _Run()
+        self.last_state_seq = self.last_state_t_us = 0   # the newest STATE received
         self.armed = False
         self.arming = False   # ARM sent, not yet confirmed
         self.ended = "completed"
@@ -125,8 +124,7 @@ class ControlLoop:
                 r.stale += 1
             if s.latency_us != P.LATENCY_UNKNOWN:
                 r.latencies_us.append(s.latency_us)
-        self.last_obs, self.last_state_seq, self.last_state_rx = obs, f.seq, rx
-        self.last_state_t_us = s.t_us
+        self.last_state_seq, self.last_state_t_us = f.seq, s.t_us
         r.t.append(s.t_us * 1e-6)
         r.angle.append(self.features.angle(obs))
         r.action.append(s.actuator)
@@ -261,8 +259,7 @@ class ControlLoop:
             self.catch_up()
             self.arm()
             self.start = start = time.monotonic()
-            self.last_state_rx = last_rx = start
-            next_keepalive = start + KEEPALIVE_AFTER * self.period
+            last_rx = start
             window_end, window_states = start + FLOOD_WINDOW, self.r.states
             most = 2 * FLOOD_WINDOW / self.period + MIN_LOST_GAP
             while True:
@@ -272,12 +269,13 @@ class ControlLoop:
                 if self.stop.is_set():
                     self.ended = "interrupted"
                     break
-                frames = self.link.poll(min(next_keepalive, start + duration) - now)
+                # no keep-alive when STATEs stop: a COMMAND proves only as
+                # much as the STATE it answers (PROTOCOL.md, "Watchdog")
+                frames = self.link.poll(min(last_rx + link_timeout, start + duration) - now)
                 now = time.monotonic()
                 if frames:
                     last_rx = now
                     self.handle(frames)
-                    next_keepalive = self.last_state_rx + KEEPALIVE_AFTER * self.period
                 elif now - last_rx > link_timeout:
                     self.ended = "link lost"
                     break
@@ -287,14 +285,6 @@ class ControlLoop:
                                     f"{FLOOD_WINDOW:g} s, at a {self.period * 1e3:g} ms period; "
                                     "check the firmware")
                     window_end, window_states = now + FLOOD_WINDOW, self.r.states
-                if now >= max(next_keepalive, self.next_command) and hasattr(self, "last_obs"):
-                    # no STATE this period (lost or late): keep the watchdog fed with
-                    # the command for the newest observation, answering its state
-                    u = self.act(self.last_obs)
-                    self.link.send(P.Command(u, self.last_state_seq, self.last_state_t_us))
-                    self.r.keepalives += 1
-                    next_keepalive = now + self.period
-                    self.next_command = now + self.command_every
         except _DeviceStopped:
             self.ended = "fault"
         except Abort as e:
@@ -314,7 +304,7 @@ class ControlLoop:
         self.armed = False
         self.stopping = True
         try:
-            self.link.send(P.Command(0.0, getattr(self, "last_state_seq", 0)))
+            self.link.send(P.Command(0.0, self.last_state_seq, self.last_state_t_us))
             # a device gone silent gets two tries, not three, so that the run ends
             # within a second of the silence; STATUS is asked only of one that answers
             ack = self.request(P.Disarm(), lambda seq, m: isinstance(m, P.Ack)
@@ -343,7 +333,6 @@ class ControlLoop:
             "achieved_rate_hz": r.armed_states / self.elapsed if self.elapsed > 0 else 0.0,
             "device_rate_hz": (r.states + r.lost) / span if span > 0 else 0.0,
             "commands_sent": r.commands,
-            "keepalive_commands": r.keepalives,
             "loop_latency_ms_p50": q(lat, 50), "loop_latency_ms_p99": q(lat, 99),
             "host_compute_ms_p50": q(comp, 50), "host_compute_ms_p99": q(comp, 99),
             "missed_deadlines": r.stale,
@@ -381,8 +370,7 @@ def format_summary(s: dict) -> str:
              f"loop latency (device-measured, state out -> command in): p50 "
              f"{s['loop_latency_ms_p50']:.3f} ms, p99 {s['loop_latency_ms_p99']:.3f} ms; host "
              f"compute p50 {s['host_compute_ms_p50']:.3f} ms, p99 {s['host_compute_ms_p99']:.3f} ms",
-             f"missed deadlines: {s['missed_deadlines']} ({100 * s['missed_fraction']:.2f}%), "
-             f"keep-alive commands {s['keepalive_commands']}",
+             f"missed deadlines: {s['missed_deadlines']} ({100 * s['missed_fraction']:.2f}%)",
              f"link: {s['lost_frames']} frames lost, {s['crc_errors']} CRC errors, "
              f"{s['bad_frames'] + s['malformed_frames']} bad frames"
              + (f", {s['seq_jumps']} sequence jumps" if s["seq_jumps"] else "")

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from grpo_ctrl.plant import systems
 
-VERSION = 2
+VERSION = 3
 MAX_CHANNELS = 4
 MAX_PAYLOAD = 96
 HEADER = struct.Struct("<BBI")
@@ -119,11 +119,12 @@ class Disarm(Message):
 @dataclass
 class Command(Message):
     """The actuator value answering the STATE numbered ``state_seq``, whose
-    ``t_us`` is echoed (low 32 bits) so that the device measures the latency."""
+    ``t_us`` is echoed (low 32 bits): the device measures the latency from it,
+    and its watchdog the age of the information the command acts on."""
     TYPE, FORMAT = 0x04, struct.Struct("<fII")
     u: float
     state_seq: int
-    state_t_us: int = 0
+    state_t_us: int
 
     def pack(self) -> bytes:
         return self.FORMAT.pack(self.u, self.state_seq, self.state_t_us & 0xFFFFFFFF)
@@ -249,7 +250,7 @@ class Status(Message):
     mode: int
     fault: int
     t_us: int
-    last_cmd_t_us: int
+    info_t_us: int    # the watchdog counts from here (PROTOCOL.md, "Watchdog")
     rx_frames: int
     rx_crc_errors: int
     rx_bad_frames: int

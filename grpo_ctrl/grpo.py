@@ -138,19 +138,22 @@ def choose_continuation(returns: np.ndarray, rule: str, rng: np.random.Generator
 
 
 def mean_command_smoothness(policy: GaussianPolicy, obs: torch.Tensor, mu: torch.Tensor,
-                            mask: torch.Tensor, sigma: float, gen: torch.Generator) -> torch.Tensor:
+                            mask: torch.Tensor, sigma: float, gen: torch.Generator,
+                            temporal: bool = True) -> torch.Tensor:
     """CAPS (Mysore et al., 2021) on the deployed command a = tanh(mu), in units
     of u_max: the squared change of a between consecutive decisions of a branch
-    (temporal) plus the squared change of a when the normalised observation
-    moves by N(0, sigma^2) (spatial: the policy's gain at the scale of encoder
-    steps and noise). On the mean, not the sampled action: exploration noise
-    does not drown it, and the mean is what the device runs."""
+    (temporal; left out with ``temporal=False``) plus the squared change of a
+    when the normalised observation moves by N(0, sigma^2) (spatial: the
+    policy's gain at the scale of encoder steps and noise). On the mean, not
+    the sampled action: exploration noise does not drown it, and the mean is
+    what the device runs."""
     a = torch.tanh(mu)
-    both = mask[:, 1:] * mask[:, :-1]
-    temporal = ((a[:, 1:] - a[:, :-1]) ** 2 * both).sum() / both.sum().clamp(min=1.0)
     moved = torch.tanh(policy.mu(obs + sigma * torch.randn(obs.shape, generator=gen)))
     spatial = ((moved - a) ** 2 * mask).sum() / mask.sum().clamp(min=1.0)
-    return temporal + spatial
+    if not temporal:
+        return spatial
+    both = mask[:, 1:] * mask[:, :-1]
+    return spatial + ((a[:, 1:] - a[:, :-1]) ** 2 * both).sum() / both.sum().clamp(min=1.0)
 
 
 def gaussian_kl(mu_p, log_std_p, mu_q, log_std_q) -> torch.Tensor:
@@ -290,7 +293,9 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
                 gen: torch.Generator, average_gradients=None) -> dict:
     """``epochs`` passes of clipped-ratio (+ beta k3) steps over minibatches of branches.
     ``average_gradients(params)``, in data-parallel training, averages the
-    gradients across processes before they are clipped."""
+    gradients across processes before they are clipped; the gradients are
+    then zeroed in place rather than dropped, so that they stay in the flat
+    buffer it reduces (grpo_ctrl/distributed.py)."""
     B, L = batch.z.shape
     log_std_old = batch.log_std_old
     grad_norms, clip_lo, clip_hi = [], [], []
@@ -315,8 +320,9 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
             loss = aggregate_loss(per_step, mask, cfg.loss_agg, L)
             if cfg.w_smooth > 0:
                 loss = loss + cfg.w_smooth * mean_command_smoothness(
-                    policy, batch.obs[idx], mu, mask, cfg.smooth_sigma, gen)
-            opt.zero_grad(set_to_none=True)
+                    policy, batch.obs[idx], mu, mask, cfg.smooth_sigma, gen,
+                    temporal=cfg.smooth_terms == "both")
+            opt.zero_grad(set_to_none=average_gradients is None)
             loss.backward()
             if average_gradients is not None:
                 average_gradients(policy.parameters())
@@ -409,8 +415,10 @@ class Trainer:
             self._collector.close()
             self._collector = None
 
-    def step(self) -> dict:
-        """One iteration: collect groups, update, refresh stats. Returns metrics."""
+    def step(self, lead=None) -> dict:
+        """One iteration: collect groups, update, refresh stats. Returns metrics.
+        ``lead()``: values rank 0 shares with every rank on the batch
+        statistics' message, returned under "lead" (Ranks.reduce_batch)."""
         cfg = self.cfg
         t0 = time.perf_counter()
         batch = self._batch()
@@ -419,13 +427,15 @@ class Trainer:
         eps_low, eps_high = cfg.eps_low * self.eps_scale, cfg.eps_high * self.eps_scale
         eps_low = min(eps_low, 0.95)
         stats = grpo_update(self.policy, self.ref, self.opt, batch, cfg, eps_low, eps_high,
-                            self.gen, self.ranks.average_gradients)
+                            self.gen, self.ranks.average_gradients if self.ranks.world > 1
+                            else None)
         returns = batch.returns
         # the whole batch's normaliser statistics and diagnostics, the same on every rank
         stats = self.ranks.reduce_batch(self.policy.obs_norm, batch.raw_obs, {
             "branch_return": float(returns.mean()),
             "group_reward_std": float(returns.std(axis=1, ddof=1).mean()),
-            "zero_spread": zero_spread_fraction(returns), "entropy": batch.entropy, **stats})
+            "zero_spread": zero_spread_fraction(returns), "entropy": batch.entropy, **stats},
+            lead)
         if cfg.trust_region == "adaptive":
             self.eps_scale = adapt_clip(self.eps_scale, stats["kl_old"], cfg.kl_target)
         self.policy.refresh_norm()

@@ -109,6 +109,7 @@ class OverlapCollector:
         self._link = _Link(pipe, process)
         self._stop = weakref.finalize(self, self._link.stop)
         self._stop.atexit = False  # the hook above runs it, in the right order
+        _unclosed.difference_update([f for f in _unclosed if not f.alive])  # collected ones
         _unclosed.add(self._stop)
         if pipe.recv() != "ready":
             self.close()

@@ -275,18 +275,28 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
         bar = tqdm(total=round(budget, 1), unit="s", disable=quiet,
                    bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}{postfix}]")
     last_eval = None
+
+    def more(clock: float) -> bool:  # time left and no stop asked, by this process
+        return clock - start_wall < budget and not (stop is not None and stop())
+
+    def lead() -> list[float]:  # this process's clock and "go on", as the update ends
+        clock = wall + time.perf_counter() - t0
+        return [clock, more(clock)]
+
+    # With several processes, rank 0's lead() reaches the others on the batch statistics'
+    # message rather than in a collective of its own, so its evaluation and logging count
+    # from the next iteration on; the first iteration and one process agree here.
+    shared = None
     try:
         while True:
-            go = wall - start_wall < budget and (cfg.iterations == 0 or
-                                                 trainer.iteration < cfg.iterations) and not (
-                stop is not None and stop())
-            wall, go = ranks.agree([wall, go])  # rank 0's clock and signals, on every rank
-            if not go:
+            clock, go = shared or ranks.agree([wall, more(wall)])  # rank 0's, on every rank
+            if not go or (cfg.iterations and trainer.iteration >= cfg.iterations):
                 break
             t0 = time.perf_counter()
-            trainer.set_progress(max((wall - start_wall) / budget,
+            trainer.set_progress(max((clock - start_wall) / budget,
                                      trainer.iteration / cfg.iterations if cfg.iterations else 0.0))
-            row = trainer.step()
+            row = trainer.step(lead if ranks.world > 1 else None)
+            shared = row.pop("lead", None)
             row["eval_return"] = row["eval_success"] = None
             if ranks.is_main and (wall >= next_eval or
                                   (cfg.iterations and trainer.iteration >= cfg.iterations)):

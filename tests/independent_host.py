@@ -1,7 +1,7 @@
 """A second host for the serial protocol, written from firmware_bridge/PROTOCOL.md alone.
 
 It imports nothing from grpo_ctrl (standard library and pyserial only): framing,
-CRC, COBS, message layouts, handshake, backlog discard, arming, keep-alive and
+CRC, COBS, message layouts, handshake, backlog discard, arming, the watchdog and
 the disarm are this file's own reading of the spec, so a gap in the spec shows as
 a failure here (tests/test_independent_host.py). It closes the loop with a PD law
 that holds a pendulum hanging at rest (stable whatever the plant's parameters,
@@ -25,7 +25,7 @@ import zlib
 
 import serial
 
-VERSION = 2
+VERSION = 3
 HELLO, ARM, DISARM, COMMAND, HEARTBEAT, PARAM_GET, PARAM_SET = range(1, 8)
 STATE, INFO, ACK, STATUS, FAULT, PARAM = 0x80, 0x81, 0x82, 0x83, 0x84, 0x86
 LENGTHS = {INFO: 96, ACK: 7, STATUS: 66, FAULT: 66, PARAM: 7}   # STATE: 24 + 8 n
@@ -110,8 +110,8 @@ def decode_info(p: bytes) -> dict:
 
 
 def decode_status(p: bytes) -> dict:
-    mode, fault, t_us, last_cmd = struct.unpack_from("<BBQQ", p)
-    return dict(mode=mode, fault=fault, t_us=t_us, last_cmd_t_us=last_cmd,
+    mode, fault, t_us, info_t_us = struct.unpack_from("<BBQQ", p)
+    return dict(mode=mode, fault=fault, t_us=t_us, info_t_us=info_t_us,
                 **dict(zip(COUNTERS, struct.unpack_from("<12I", p, 18))))
 
 
@@ -226,7 +226,7 @@ class Host:
         self.info = None
         self.states = []                  # (seq, state) received while armed
         self.commands = {}                # host seq -> value sent
-        self.answered = self.keepalives = 0
+        self.answered = 0
         self.faults = []
 
     def wait(self, want, timeout: float):
@@ -309,25 +309,19 @@ class Host:
         self.commands[host_seq] = u
 
     def run(self, duration: float) -> dict:
-        """Arm, answer every armed STATE for ``duration`` s (keep-alives between), disarm."""
+        """Arm, answer every armed STATE for ``duration`` s, disarm. No keep-alive:
+        a COMMAND answering an old STATE would not feed the watchdog."""
         with realtime():
             return self._run(duration)
 
     def _run(self, duration: float) -> dict:
-        period = self.info["period_us"] * 1e-6
         newest = None                                  # (seq, state) last received
         self.ack(ARM, ARMED)
         end = time.monotonic() + duration
-        keepalive_at = time.monotonic() + 1.5 * period
         try:
             while time.monotonic() < end:
-                got = self.link.next_frame(keepalive_at - time.monotonic())
-                now = time.monotonic()
+                got = self.link.next_frame(end - time.monotonic())
                 if got is None:
-                    if newest and now >= keepalive_at:
-                        self.command(*newest, self.control(newest[1]))
-                        self.keepalives += 1
-                        keepalive_at = now + period
                     continue
                 msg_type, seq, payload = got
                 if msg_type == FAULT:
@@ -341,7 +335,6 @@ class Host:
                         raise ProtocolError(f"device faulted: fault {st['fault']}")
                     continue
                 newest = (seq, st)
-                keepalive_at = now + 1.5 * period
                 self.states.append(newest)
                 self.command(seq, st, self.control(st))
                 self.answered += 1
@@ -350,16 +343,14 @@ class Host:
         return self.summary()
 
     def stop(self, newest) -> None:
-        """Zero COMMAND (while armed it also feeds the watchdog), then DISARM until
-        acknowledged."""
+        """Zero COMMAND answering the newest STATE, then DISARM until acknowledged."""
         if newest:
             self.command(*newest, 0.0)
         self.ack(DISARM, DISARMED)
 
     def summary(self) -> dict:
         return dict(sent=self.link.sent, received=self.link.received, lost=self.link.lost,
-                    rejected=self.link.rejected, answered=self.answered,
-                    keepalives=self.keepalives, faults=self.faults)
+                    rejected=self.link.rejected, answered=self.answered, faults=self.faults)
 
 
 def main(argv=None) -> int:

@@ -16,7 +16,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import numpy_helper
 
 from grpo_ctrl.cli import main
 from grpo_ctrl.errors import UserError
@@ -38,15 +37,7 @@ def need(missing: str | None) -> None:
 
 def widened(h: int, path: Path) -> Path:
     """The rig policy's graph and metadata with 3-h-h-1 random weights."""
-    model = onnx.load(RIG)
-    rng = np.random.default_rng(h)
-    shapes = {"net.0.weight": (h, 3), "net.0.bias": (h,), "net.2.weight": (h, h),
-              "net.2.bias": (h,), "net.4.weight": (1, h)}
-    for t in model.graph.initializer:
-        if t.name in shapes:
-            t.CopyFrom(numpy_helper.from_array(
-                (rng.standard_normal(shapes[t.name]) * 0.1).astype(np.float32), t.name))
-    onnx.save(model, path)
+    onnx.save(boards.widened(onnx.load(RIG), h), path)
     return path
 
 
@@ -122,6 +113,10 @@ def test_uno_sketch_builds_with_the_arduino_core_and_a_controller_linked_in(tmp_
     assert main(["firmware", "--board", "uno", "--out", str(out), "--policy", str(policy)]) == 0
     printed = capsys.readouterr().out
     assert "with the controller linked in" in printed
+    # 2,688 multiply-adds in software floating point: far over the 5 ms period
+    timing = next(line for line in printed.splitlines() if line.startswith("on-device control"))
+    assert "estimated from simavr" in timing and "over the 25 % goal" in timing
+    assert "cannot run it at this rate" in timing and "H = 2;" in timing
     names = {p.name for p in out.iterdir()}
     assert {"pendulum_board.ino", "board_pendulum.c", "arduino_api.h", "fw_core.c", "proto.c",
             "policy.c", "policy.h"} <= names
@@ -134,6 +129,25 @@ def test_uno_sketch_builds_with_the_arduino_core_and_a_controller_linked_in(tmp_
     bare = boards.size_of(UNO, boards.build_image(UNO, out, tmp_path / "bare"))
     assert size.ram == bare.ram and size.flash - bare.flash > weights
     assert size.ram + 512 + UNO.stack_reserve <= UNO.ram
+
+
+def test_uno_on_device_tick_estimate_follows_simavr():
+    """The Uno's on-device tick (fw_tick calling the policy) on simavr's
+    cycle-accurate ATmega, for 3-H-H-1 networks: the estimate that
+    grpo-ctrl firmware reports (boards.uno_tick_estimate) is within 10 % of
+    the measured cycles, and the widest network it names for 25 % of the
+    200 Hz period (H = 2) is within 25 % measured, one wider is not."""
+    need(boards.emulator_missing(UNO))
+    obs = operating_observations("pendulum", "rig", 2)
+    budget = 0.25 * UNO.clock_hz / 200
+    assert boards.uno_widest_in_time(3, budget) == 2
+    measured = {}
+    for h in (2, 3, 12):
+        src = boards.controller_c(UNO, boards.widened(onnx.load(RIG), h))
+        measured[h] = boards.target_check(UNO, src, obs)["ondevice"]
+        est = boards.uno_tick_estimate(src.size.macs, src.size.packed_macs)
+        assert abs(est / measured[h] - 1) < 0.1, (h, est, measured[h])
+    assert measured[2] <= budget < measured[3]
 
 
 def test_the_default_3_64_64_1_policy_fits_the_uno():
@@ -215,8 +229,9 @@ def test_default_policy_on_the_emulated_mcu_matches_onnxruntime(board):
 
 
 def test_cortex_m4_block_loads_give_the_plain_c_floats():
-    """On the Cortex-M4F the controller's weights are loaded eight to a VLDM
-    by inline assembly (c_codegen._load_macros), sixteen outputs a pass: on
+    """On the Cortex-M4F the controller's products run sixteen outputs a pass,
+    four inputs and eight weights to a VLDM, in inline assembly
+    (c_codegen._mac_macro): on
     QEMU's Cortex-M4F the result is the plain generated C's (one output a
     pass, a VLDR a weight) bit for bit, and the VLDM path is the one that
     ran (fewer instructions: QEMU -icount counts them, load does not)."""
@@ -224,12 +239,46 @@ def test_cortex_m4_block_loads_give_the_plain_c_floats():
     model = onnx.load(RIG)
     obs = operating_observations("pendulum", "rig", 48, seed=5)
     src = boards.controller_c(MPS2, model)
-    assert "vldmia" in src.c and "POLICY_ROM_LOAD8(wp," in src.c
-    fast = boards.target_check(MPS2, src, obs)
+    assert "vldmia" in src.c and "POLICY_ROM_MAC4X16(ap, wp," in src.c
+    fast = boards.target_check(MPS2, src, obs, cycles=True)
     plain = boards.target_check(MPS2, generate_c(model), obs)
     assert np.ptp(plain["out"]) > 0.1
     assert np.array_equal(fast["out"].view(np.uint32), plain["out"].view(np.uint32))
     assert fast["policy"] < 0.8 * plain["policy"]
+    # the instruction trace counts what QEMU's -icount counts (two counters),
+    # and its cycle estimate is not below the M4's floor of 3 a multiply-add
+    est = fast["cycles"]
+    for k in boards.MEASURED:
+        assert abs(est[k]["instructions"] - fast[k]) <= 40, (k, est[k], fast[k])
+    assert 3 * src.size.macs <= est["policy"]["cycles"] < 4 * src.size.macs
+    assert est["ondevice"]["cycles"] > est["policy"]["cycles"] > est["tick"]["cycles"]
+
+
+def test_m4_cost_model_follows_the_trm_tables():
+    """m4_cycles.cost and the FP result stall against the Cortex-M4 TRM's
+    tables 3-1 and 7-1, instruction by instruction (P, the refill, = 2)."""
+    from grpo_ctrl.firmware_bridge.m4_cycles import REFILL, Insn, _fp_stall, cost
+
+    assert REFILL == 2
+    cases = [(("vldmia", "r3!, {s0-s7}"), False, 9), (("vldmia", "ip!, {s15}"), False, 2),
+             (("vpush", "{d8-d15}"), False, 17), (("vldr", "s0, [r0, #4]"), False, 2),
+             (("vmul", "s0, s8, s0"), False, 1), (("vadd", "s12, s12, s0"), False, 1),
+             (("vmla", "s0, s1, s2"), False, 3), (("vfma", "s0, s1, s2"), False, 3),
+             (("vdiv", "s0, s1, s2"), False, 14), (("vsqrt", "s0, s1"), False, 14),
+             (("vmov", "r0, r1, d0"), False, 2), (("vmov", "s0, r3"), False, 1),
+             (("ldr", "r0, [r1, #4]"), False, 2), (("strd", "r2, r2, [sp, #8]"), False, 3),
+             (("push", "{r4, r5, r6, r7, lr}"), False, 6), (("pop", "{r4, pc}"), True, 5),
+             (("bne", "2a44 <f+0x4>"), True, 3), (("bne", "2a44 <f+0x4>"), False, 1),
+             (("cbz", "r4, 2040 <f>"), True, 3), (("bl", "17a8 <fw_tick>"), True, 3),
+             (("bx", "lr"), True, 3), (("udiv", "r0, r1, r2"), False, 12),
+             (("adds", "r2, #3"), False, 1), (("it", "le"), False, 1)]
+    for (m, ops), taken, cycles in cases:
+        assert cost(Insn(m, ops, 4), taken)[0] == cycles, (m, ops)
+    vmul = Insn("vmul", "s0, s8, s0", 4)
+    assert _fp_stall(vmul, Insn("vadd", "s12, s12, s0", 4)) == 1  # reads the product
+    assert _fp_stall(vmul, Insn("vadd", "s12, s12, s1", 4)) == 0
+    assert _fp_stall(vmul, Insn("vstr", "s0, [r0]", 4)) == 1
+    assert _fp_stall(Insn("vldr", "s0, [r0]", 4), Insn("vadd", "s1, s1, s0", 4)) == 0
 
 
 # 200 ms rather than the firmware's 50: at a load of 20 on this 2-core machine
@@ -245,7 +294,8 @@ def pil(tmp_path: Path, *defines: str, policy: bool = False):
     where the system grants one (as the HIL and the host loop ask for
     theirs): on a busy machine its threads otherwise wait tens of ms for a CPU."""
     need(boards.emulator_missing(MPS2))
-    project = boards.stage(MPS2, tmp_path / "pil", generate_c(onnx.load(RIG)) if policy else None)
+    project = boards.stage(MPS2, tmp_path / "pil",
+                           boards.controller_c(MPS2, onnx.load(RIG)) if policy else None)
     elf = boards.build_image(MPS2, project, tmp_path / "build", defines=(PIL_WATCHDOG, *defines))
     rt = ["chrt", "-f", "5"] if subprocess.run(["chrt", "-f", "5", "true"],
                                                capture_output=True).returncode == 0 else []
@@ -308,7 +358,7 @@ def test_pil_grpo_ctrl_run_on_device_at_1_khz_balances_the_rig_for_10_s(tmp_path
     assert s["ended"] == "completed" and s["disarm_acknowledged"], s
     assert s["max_abs_angle"] < 0.2, s
     # about 20 keep-alives a second, well within the watchdog
-    assert 150 <= s["commands_sent"] + s["keepalive_commands"] <= 260, s
+    assert 150 <= s["commands_sent"] <= 260, s
     rows = [r for r in read_telemetry(log) if r["kind"] == "state"]
     armed = np.array([int(r["mode"]) for r in rows]) == 1
     flags = np.array([int(r["flags"]) for r in rows])

@@ -73,7 +73,8 @@ def _reduce_worker(out_dir: str) -> None:
     ranks.average_gradients(policy.parameters())
     norm = RunningNorm(3)
     norm.update(torch.ones(4, 3))  # some history, the same on both ranks
-    mean = ranks.reduce_batch(norm, obs, {"a": float(ranks.rank), "b": 10.0})
+    mean = ranks.reduce_batch(norm, obs, {"a": float(ranks.rank), "b": 10.0},
+                              lead=lambda: [ranks.rank + 0.25, ranks.rank])
     result = {"std": ranks.batch_std(rewards), "norm_mean": norm.mean.tolist(),
               "norm_var": norm.var.tolist(), "count": norm.count,
               "grads": [p.grad.tolist() for p in policy.parameters()],
@@ -107,7 +108,7 @@ def test_reductions_equal_one_process_on_the_concatenated_data(tmp_path):
             np.testing.assert_allclose(got, p.grad.numpy(), rtol=1e-5, atol=1e-7)
     assert r0["grads"] == r1["grads"]  # bit for bit: the same optimiser step everywhere
     assert r0["params"] == r1["params"] == _policy_fingerprint(policy)  # rank 0's start
-    assert r0["mean"] == r1["mean"] == {"a": 0.5, "b": 10.0}
+    assert r0["mean"] == r1["mean"] == {"a": 0.5, "b": 10.0, "lead": [0.25, 0.0]}  # rank 0's
     assert r0["agree"] == r1["agree"] == [0.5]
 
 
@@ -120,7 +121,8 @@ def _train_worker(out_dir: str, cfg: GRPOConfig) -> None:
         rows.append({"policy": _policy_fingerprint(trainer.policy),
                      "eps_scale": trainer.eps_scale, "lr": row["lr"],
                      "pool": _fingerprint(torch.from_numpy(np.ascontiguousarray(v))
-                                          for v in state.values())})
+                                          for v in state.values()),
+                     "collectives": trainer.ranks.collectives})
 
     train("pendulum", "gym", cfg, None, progress=False, on_iteration=record, ranks=ranks)
     with open(os.path.join(out_dir, f"rank{ranks.rank}.json"), "w") as fh:
@@ -134,7 +136,7 @@ def _two_rank_run(out_dir, **overrides) -> list[list[dict]]:
     return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 
-def test_two_ranks_hold_identical_weights_after_every_update_and_reproduce(tmp_path):
+def test_two_ranks_hold_identical_weights_after_every_update_and_reproduce(tmp_path, monkeypatch):
     # batch-scaled advantages and the adaptive clip exercise the reduced statistics
     variant = dict(adv_scale="batch", trust_region="adaptive", epochs=2)
     first = _two_rank_run(tmp_path / "a", **variant)
@@ -144,7 +146,13 @@ def test_two_ranks_hold_identical_weights_after_every_update_and_reproduce(tmp_p
         assert (a["policy"], a["eps_scale"], a["lr"]) == (b["policy"], b["eps_scale"], b["lr"])
         assert a["pool"] != b["pool"]  # each rank simulates its own start states
     assert len({row["policy"] for row in rank0}) == 4  # every update moved the weights
-    assert _two_rank_run(tmp_path / "b", **variant) == first  # same seed and world: same run
+    # per iteration: a gradient sum per minibatch step (2 epochs x 2), the batch std's two
+    # passes, one for the normaliser and diagnostics; rank 0's clock rides on the last
+    per_iteration = np.diff([row["collectives"] for row in rank0])
+    assert per_iteration.tolist() == [2 * 2 + 2 + 1] * 3
+    # same seed and world: same run, whether the ranks poll the collectives or sleep in them
+    monkeypatch.setenv("GRPO_CTRL_DIST_SPIN_MS", "0")
+    assert _two_rank_run(tmp_path / "b", **variant) == first
     other_seed = _two_rank_run(tmp_path / "c", seed=3, **variant)
     assert other_seed[0][-1]["policy"] != rank0[-1]["policy"]
 
@@ -176,6 +184,10 @@ def test_bad_shares_and_settings_are_refused_before_any_work(tmp_path, monkeypat
                      *TINY_FLAGS]) == 2
     monkeypatch.setenv("GRPO_CTRL_DIST_TIMEOUT", "soon")
     assert cli.main(["train", "--out", str(out), "--nproc", "2", *TINY_FLAGS]) == 2
+    monkeypatch.delenv("GRPO_CTRL_DIST_TIMEOUT")
+    for spin in ("-1", "fast"):
+        monkeypatch.setenv("GRPO_CTRL_DIST_SPIN_MS", spin)
+        assert cli.main(["train", "--out", str(out), "--nproc", "2", *TINY_FLAGS]) == 2
     assert not out.exists()
 
 

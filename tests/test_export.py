@@ -223,8 +223,9 @@ def test_relu_after_a_product_round_trip(tmp_path):
     c = generate_c(model).c
     assert c.count("and the Relu that follows") == 1  # not the one whose input is read again
     assert c.count("> 0.0f ?") == 2
-    eight = generate_c(model, block=8)  # eight a pass, the weights through <ROM>_LOAD8
-    assert eight.c.count("and the Relu that follows") == 1 and "POLICY_ROM_LOAD8(wp," in eight.c
+    eight = generate_c(model, block=8)  # eight a pass, through <ROM>_MAC<inputs>X8
+    assert eight.c.count("and the Relu that follows") == 1
+    assert "POLICY_ROM_MAC4X8(ap, wp," in eight.c
     if host_cc() is not None:
         obs = operating_observations("pendulum", "rig", 2000)
         assert check_c(eight, model, obs) <= TOLERANCE

@@ -84,9 +84,16 @@ class FakeBoard:
         return seq
 
     def tick(self, n=1, dt=PERIOD):
+        """``n`` ticks ``dt`` apart, each on time."""
         for _ in range(n):
             self.t += dt
-            lib.fw_tick(self.dev)
+            lib.fw_tick(self.dev, self.t % 2**32)
+
+    def late_tick(self, due, late):
+        """A tick due at ``due`` that the back-end runs ``late`` us after it
+        (the HIL's thread stalled)."""
+        self.t = due + late
+        lib.fw_tick(self.dev, due % 2**32)
 
     def frames(self):
         """(seq, message) of everything the device wrote since the last call."""
@@ -126,21 +133,114 @@ def test_only_a_newer_command_applies_and_feeds_the_watchdog():
     b.tick()
     b.answer(0.1)
     b.tick()
-    stuck = P.encode(P.Command(0.12, 0, 0), 100)         # a host re-sending one frame
+    (answered,) = b.of(P.State, b.frames())
+    stuck = P.encode(P.Command(0.12, 0, answered.t_us), 100)  # a host re-sending one frame
     lib.fw_receive(b.dev, stuck, len(stuck))             # new the first time
     b.tick()
     lib.fw_receive(b.dev, stuck, len(stuck))             # then a duplicate
     b.tick()
-    b.send(P.Command(-0.1, 0, 0), seq=99)                # backwards
+    b.send(P.Command(-0.1, 0, answered.t_us), seq=99)      # backwards
     b.tick()
     lib.fw_receive(b.dev, stuck, len(stuck))
-    b.tick()                                             # 4 periods after the last new one
+    b.tick(2)            # 4 periods, then 5, after the STATE the last new one answers
     states = b.of(P.State, b.frames())
-    assert [s.actuator for s in states] == pytest.approx([0.1, 0.12, 0.12, 0.12, 0])
+    assert [s.actuator for s in states] == pytest.approx([0.12, 0.12, 0.12, 0.12, 0])
     assert [s.mode for s in states][-2:] == [P.MODE_ARMED, P.MODE_FAULT]
     status = b.request(P.Heartbeat(), P.Status)
     assert P.FAULTS[status.fault] == "watchdog"          # duplicates did not feed it
     assert status.stale_commands == 3 and status.watchdog_trips == 1
+
+
+@pytest.mark.parametrize("late_state, late_tick", [(2760, 430), (2000, 3800)])
+def test_a_late_tick_and_a_late_command_do_not_trip_the_watchdog(late_state, late_tick):
+    """Issue 10's two traces (demo under disk load, 50 ms period) at 1/10
+    scale: the command answering STATE k-1 came in time; tick k ran
+    ``late_state`` late (the HIL's thread stalled), the host's answer to it
+    was slow too, and tick k+1 (``late_tick`` late) ran before it arrived.
+    The information in effect at tick k+1 is STATE k-1's, two periods old at
+    that tick's due time: within the two-period watchdog. Counted from the
+    command's arrival (protocol version 2) this tripped."""
+    b = FakeBoard()                                      # watchdog: two periods
+    b.arm()
+    due = b.t + PERIOD
+    b.late_tick(due, 0)                                  # STATE k-1, on time
+    b.t += 100
+    b.answer(0.05)
+    b.late_tick(due + PERIOD, late_state)                # STATE k, late
+    b.late_tick(due + 2 * PERIOD, late_tick)             # before the answer to k came
+    states = b.of(P.State, b.frames())
+    b.answer(0.06, state=states[0])                      # the answer to k, late
+    b.late_tick(due + 3 * PERIOD, 0)
+    states += b.of(P.State, b.frames())
+    assert [s.mode for s in states] == [P.MODE_ARMED] * 3
+    assert [s.actuator for s in states] == pytest.approx([0.05, 0.05, 0.06])
+    status = b.request(P.Heartbeat(), P.Status)
+    assert status.watchdog_trips == 0 and status.late_ticks == 0
+    # the watchdog counts from the time of the STATE the command answers
+    assert status.info_t_us == due + PERIOD + late_state
+
+
+def test_a_wrong_due_time_forgives_at_most_the_watchdog():
+    """A back-end whose schedule is stuck (it passes the same due time every
+    tick) and a host gone silent: the device forgives itself at most
+    watchdog_us of lateness, so it trips 5 periods after the answered STATE
+    (at most twice the watchdog and a period) instead of never; with the
+    right due times it trips at the third tick."""
+    b = FakeBoard()                                      # watchdog: two periods
+    b.arm()
+    b.tick()
+    b.answer(0.1)
+    stuck = b.t
+    for _ in range(5):
+        b.t += PERIOD
+        lib.fw_tick(b.dev, stuck)
+    modes = [s.mode for s in b.of(P.State, b.frames())]
+    assert modes == [P.MODE_ARMED] * 4 + [P.MODE_FAULT]
+
+
+def test_commands_answering_old_states_do_not_keep_the_device_armed():
+    """A host working through a backlog: a new command every period, each
+    answering a STATE three periods old. Under protocol version 2 every
+    one fed the watchdog; now the device trips before acting on one."""
+    b = FakeBoard()                                      # watchdog: two periods
+    b.arm()
+    b.tick(3)
+    backlog = b.of(P.State, b.frames())
+    for _ in range(5):
+        b.answer(0.1, state=backlog.pop(0))
+        b.tick()
+        backlog += b.of(P.State, b.frames())
+    modes = [s.mode for s in backlog]
+    assert modes[0] == P.MODE_FAULT and P.FAULTS[backlog[0].fault] == "watchdog"
+    assert b.actuator[-1] == 0 and 0.1 not in b.actuator[:-1]  # never applied
+    # one answering the newest STATE, two periods old at the next tick, holds
+    assert b.request(P.Disarm(), P.Ack).result == 0
+    b.arm()
+    b.tick()
+    b.answer(0.1)
+    b.tick(2)
+    assert [s.mode for s in b.of(P.State, b.frames())] == [P.MODE_ARMED, P.MODE_ARMED]
+    b.tick()
+    assert b.last_state().mode == P.MODE_FAULT
+
+
+def test_a_command_answering_no_state_is_stale():
+    """A COMMAND that echoes a time after the device's newest STATE (or
+    comes before any STATE) answers nothing the device sent: counted stale,
+    neither applied nor feeding the watchdog."""
+    b = FakeBoard(watchdog_us=4 * PERIOD)
+    b.arm()
+    b.send(P.Command(0.1, 0, b.t))                       # no STATE yet
+    b.tick()
+    newest = b.last_state()
+    b.send(P.Command(0.1, 0, newest.t_us + 1))           # after the newest STATE
+    b.send(P.Command(0.1, 0, newest.t_us - 2 ** 31 - 1)) # as far after it, modulo 2^32
+    b.tick()
+    assert b.last_state().actuator == 0
+    assert b.request(P.Heartbeat(), P.Status).stale_commands == 3
+    b.send(P.Command(0.1, 0, newest.t_us))               # answering it
+    b.tick()
+    assert b.last_state().actuator == pytest.approx(0.1)
 
 
 def test_command_seq_is_compared_modulo_2_32_and_restarts_at_arming():
@@ -208,7 +308,7 @@ def test_info_reports_the_hardware_limit_and_the_settings_apart():
     assert param_set(b, "vel_limit0", 9779.5).result == 0
     assert param_set(b, "pos_limit0", 4096).result == 0
     info = b.request(P.Hello(), P.Info)
-    assert info.protocol_version == P.VERSION == 2
+    assert info.protocol_version == P.VERSION == 3
     assert info.u_max == pytest.approx(U_MAX) and info.u_limit == pytest.approx(0.05)
     assert info.vel_limit[0] == 9779.5 and info.pos_limit[0] == 4096
     assert info.vel_cutoff_hz == 20.0 and info.watchdog_us == 2 * PERIOD

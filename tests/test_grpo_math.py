@@ -217,6 +217,12 @@ def test_mean_command_smoothness_by_hand():
         samples = [float(mean_command_smoothness(policy, obs, mu, mask, sigma, gen))
                    for _ in range(2000)]
     assert np.mean(samples) - temporal == pytest.approx(spatial, rel=0.05)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # the gain term alone: the same draws, without the temporal part
+        alone = [float(mean_command_smoothness(policy, obs, mu, mask, sigma, gen, temporal=False))
+                 for _ in range(2000)]
+    assert np.mean(alone) == pytest.approx(spatial, rel=0.05)
+    np.testing.assert_allclose(np.array(samples) - alone, temporal, rtol=1e-6)
     # a constant command along a branch, and a policy that ignores its input, score 0
     with torch.no_grad():
         policy.net[0].weight.zero_()

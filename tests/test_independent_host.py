@@ -55,7 +55,7 @@ def test_a_host_written_from_the_spec_alone_flies_the_hil_device(device):
     try:
         info = host.handshake()
         info_seq = (host.link.expect - 1) % 2**32
-        assert info["version"] == 2 and info["period_us"] == round(1e6 / rate)
+        assert info["version"] == 3 and info["period_us"] == round(1e6 / rate)
         assert 0 < info["u_limit"] <= info["u_max"]
         assert info["watchdog_us"] == 2 * info["period_us"]      # the default
         # PROTOCOL.md, "Watchdog": the default two periods suit a real-time link; over a
@@ -75,6 +75,8 @@ def test_a_host_written_from_the_spec_alone_flies_the_hil_device(device):
                  "ignored_commands", "watchdog_trips"):
         assert after[name] == 0, name
     assert after["mode"] == ih.DISARMED and after["fault"] == 0 and not summary["faults"]
+    # the watchdog counted last from the STATE the final zero COMMAND answered
+    assert after["info_t_us"] == host.states[-1][1]["t_us"]
     # every device seq after INFO is accounted for; a pty loses no bytes, so every loss is
     # a STATE the device dropped from its queue, counted between the two STATUS frames
     assert after["tx_frames"] == after["seq"]
@@ -84,9 +86,9 @@ def test_a_host_written_from_the_spec_alone_flies_the_hil_device(device):
     dropped = (after["tx_dropped_states"] + after["tx_dropped_replies"]
                - before["tx_dropped_states"] - before["tx_dropped_replies"])
     assert link.lost - lost_at_before <= dropped <= link.lost
-    # every armed STATE answered once; commands = answers + keep-alives + the final zero
+    # every armed STATE answered once; commands = answers + the final zero
     assert summary["answered"] == len(host.states) > rate       # over a second of control
-    assert len(host.commands) == summary["answered"] + summary["keepalives"] + 1
+    assert len(host.commands) == summary["answered"] + 1
     # the actuator stays within u_limit and is the clamped value of the command it names
     u_lim = info["u_limit"]
     for seq, st in host.states:

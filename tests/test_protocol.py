@@ -166,7 +166,7 @@ def test_vector_c(name, seq, fields, wire):
             if k == "type":
                 continue
             got = (s.counter[getattr(lib, f"COUNTER_{k.upper()}")]
-                   if ctype == "proto_status" and k not in ("mode", "fault", "t_us", "last_cmd_t_us")
+                   if ctype == "proto_status" and k not in ("mode", "fault", "t_us", "info_t_us")
                    else getattr(s, k))
             if k == "preset":
                 got = ffi.string(got).decode()

@@ -298,6 +298,8 @@ def test_a_trainer_never_closed_lets_python_exit_and_its_collector_end():
             "p = t._collector._link.process; del t; gc.collect();"
             "assert not p.is_alive(), 'collector alive after its trainer was collected';"
             "kept = Trainer(cfg, 'pendulum', 'gym'); kept.step();"
+            "from grpo_ctrl import overlap;"
+            "assert len(overlap._unclosed) == 1, 'the collected one stays registered';"
             "print(kept._collector._link.process.pid, flush=True)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -314,7 +316,7 @@ def test_every_hyperparameter_documents_itself():
     for f in fields(GRPOConfig):
         assert f.metadata.get("doc"), f.name
     assert set(CHOICES) == {"continuation", "reward_form", "adv_scale", "loss_agg",
-                            "trust_region", "activation"}
+                            "trust_region", "activation", "smooth_terms"}
 
 
 def _group_alive(pgid: int) -> bool:

@@ -148,8 +148,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       board.controller_u = (float)(int8_t)c * 0.01f;
       board.controller_fails = c == 0x7F;
       if (c == 0x80) board.controller_u = NAN;
-      dev.tick_late = c & 1;
-      fw_tick(&dev);
+      fw_tick(&dev, (uint32_t)board.t - (c & 1 ? take(&p, end, 4) : 0));
       board.ticks++;
     } else if (op == 3) {  /* the encoder moves (and wraps) */
       const uint8_t ch = (uint8_t)(take(&p, end, 1) & 1);

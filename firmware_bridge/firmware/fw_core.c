@@ -18,8 +18,9 @@ static uint32_t clamp_watchdog(uint32_t w, uint32_t period_us)
 }
 
 /* now - then of the 64-bit clock, in us, saturated to 2^32 - 1 (also for a
- * clock that went back). Every comparison of times goes through here, in 32
- * bits after one subtraction: 64-bit arithmetic is large on an 8-bit AVR. */
+ * clock that went back). Times are compared in 32 bits after one subtraction
+ * (here, or modulo 2^32 for the watchdog): 64-bit arithmetic is large on an
+ * 8-bit AVR. */
 static uint32_t elapsed_us(uint64_t now, uint64_t then)
 {
   const uint64_t diff = now - then;
@@ -141,11 +142,11 @@ static void send(fw_device *d, uint8_t type, uint8_t len)
     tx_remove(d, k);
     FW_COUNTER(d, COUNTER_TX_DROPPED_STATES)++;
   }
-  uint16_t at = ring((uint16_t)(d->tx_head + d->tx_bytes));
-  for (uint8_t i = 0; i < n; ++i) {
-    d->tx_buf[at] = d->tx_wire[i];
-    at = ring((uint16_t)(at + 1));
-  }
+  /* into the ring in at most two pieces (where it wraps) */
+  const uint16_t at = ring((uint16_t)(d->tx_head + d->tx_bytes));
+  const uint8_t first = FW_TX_BUF - at < n ? (uint8_t)(FW_TX_BUF - at) : n;
+  memcpy(d->tx_buf + at, d->tx_wire, first);
+  memcpy(d->tx_buf, d->tx_wire + first, (size_t)(n - first));
   d->tx_bytes = (uint16_t)(d->tx_bytes + n);
   d->tx_len[d->tx_frames_queued] = n;
   d->tx_is_state[d->tx_frames_queued] = is_state;
@@ -165,7 +166,7 @@ static void send_status(fw_device *d, uint8_t type)
   s.mode = d->mode;
   s.fault = d->fault;
   s.t_us = d->hw.micros(d->hw.ctx);
-  s.last_cmd_t_us = d->last_cmd_t_us;
+  s.info_t_us = s.t_us - ((uint32_t)s.t_us - d->info_t_us);  /* 64 bits again */
   memcpy(s.counter + COUNTER_TX_FRAMES, d->counter, sizeof d->counter);
   s.counter[COUNTER_RX_FRAMES] = d->rx.frames;
   s.counter[COUNTER_RX_CRC_ERRORS] = d->rx.crc_errors;
@@ -309,13 +310,18 @@ static void on_command(fw_device *d, const proto_frame *f, uint64_t now)
   /* only a command newer than the last accepted one (by frame seq, modulo
    * 2^32: 1 .. 2^31 - 1 ahead) counts: a duplicate, a stale or a reordered
    * frame neither applies nor feeds the watchdog */
-  if (d->have_cmd_seq && (uint32_t)(f->seq - d->last_cmd_seq - 1u) >= 0x7FFFFFFFu) {
+  /* and only one that answers a STATE this device sent: its echoed time is
+   * not after the newest STATE's (modulo 2^32, at most 2^31 - 1 before) */
+  const uint32_t before_newest = (uint32_t)d->prev_t_us - c.state_t_us;
+  if ((d->have_cmd_seq && (uint32_t)(f->seq - d->last_cmd_seq - 1u) >= 0x7FFFFFFFu) ||
+      !d->have_prev || before_newest >= 0x80000000u) {
     FW_COUNTER(d, COUNTER_STALE_COMMANDS)++;
     return;
   }
   d->have_cmd_seq = 1;
   d->last_cmd_seq = f->seq;
-  d->last_cmd_t_us = now;
+  /* the watchdog counts from the time of the STATE answered (PROTOCOL.md) */
+  d->info_t_us = c.state_t_us;
   /* latency: this arrival minus the time of the STATE answered, as the
    * command echoes it (low 32 bits, modulo 2^32) */
   uint32_t latency = (uint32_t)now - c.state_t_us;
@@ -352,7 +358,7 @@ static void on_frame(fw_device *d, const proto_frame *f)
       if (d->mode != MODE_ARMED) {
         stop_actuator(d);
         d->mode = MODE_ARMED;
-        d->last_cmd_t_us = now;  /* the first command is due within the watchdog time */
+        d->info_t_us = (uint32_t)now;  /* the first command is due within the watchdog time */
         d->applied_flags = 0;
       }
       send_ack(d, f, RESULT_OK);
@@ -427,6 +433,22 @@ uint8_t fw_observation(const fw_device *d, float *obs)
 }
 
 /* ---------------------------------------------------------------- the tick */
+/* The watchdog's measure: how old the information the actuator would act on
+ * is at this tick's due time, so that a tick the device itself ran late
+ * does not count against the host; at most watchdog_us of lateness is
+ * forgiven (a back-end that passes a wrong due time still trips within
+ * twice the watchdog). Information from after the due time (a late STATE
+ * answered before this tick, an ARM that came late) is 0 old. In 32 bits,
+ * modulo 2^32 (64-bit arithmetic costs ~300 bytes more on AVR): exact while
+ * the device ticks at least every 35 minutes, as the watchdog trips within
+ * 10 s. */
+static uint32_t info_age_us(const fw_device *d, uint32_t now, uint32_t late_us)
+{
+  if (late_us > d->cfg.watchdog_us) late_us = d->cfg.watchdog_us;
+  const uint32_t age = (uint32_t)(now - late_us) - d->info_t_us;
+  return age < 0x80000000u ? age : 0;
+}
+
 /* The command for this tick in CONTROL_HOST: the newest one received. */
 static void apply_host_command(fw_device *d)
 {
@@ -458,7 +480,7 @@ static void apply_device_command(fw_device *d)
   d->applied_flags = (uint8_t)(FLAG_FRESH | FLAG_ON_DEVICE | (clamped ? FLAG_CLAMPED : 0));
 }
 
-void fw_tick(fw_device *d)
+void fw_tick(fw_device *d, uint32_t due_us)
 {
   const uint64_t now = d->hw.micros(d->hw.ctx);
   int32_t counts[PROTO_MAX_CHANNELS] = {0};
@@ -483,11 +505,14 @@ void fw_tick(fw_device *d)
   d->prev_t_us = now;
   d->have_prev = 1;
   d->ticks++;
-  if (d->tick_late) FW_COUNTER(d, COUNTER_LATE_TICKS)++;
+  uint32_t late_us = (uint32_t)now - due_us;  /* modulo 2^32; a due time ahead: on time */
+  if (late_us >= 0x80000000u) late_us = 0;
+  const uint8_t late = late_us >= d->cfg.period_us;
+  if (late) FW_COUNTER(d, COUNTER_LATE_TICKS)++;
 
   if (d->mode == MODE_ARMED) {
     const uint8_t limit = limit_fault(d);
-    if (elapsed_us(now, d->last_cmd_t_us) >= d->cfg.watchdog_us) enter_fault(d, FAULT_WATCHDOG);
+    if (info_age_us(d, (uint32_t)now, late_us) > d->cfg.watchdog_us) enter_fault(d, FAULT_WATCHDOG);
     else if (limit != FAULT_NONE) enter_fault(d, limit);
   }
   if (d->mode == MODE_ARMED) {
@@ -508,10 +533,11 @@ void fw_tick(fw_device *d)
   s.actuator = d->applied_u;
   s.mode = d->mode;
   s.fault = d->fault;
-  s.flags = (uint8_t)(d->applied_flags | (d->tick_late ? FLAG_LATE : 0) | d->extra_flags);
+  s.flags = (uint8_t)(d->applied_flags | (late ? FLAG_LATE : 0) | d->extra_flags);
   s.n = d->cfg.n_channels;
-  for (int c = 0; c < PROTO_MAX_CHANNELS; ++c) {
-    s.pos[c] = counts[c];
+  memcpy(s.pos, counts, sizeof s.pos);
+  memset(s.vel, 0, sizeof s.vel);
+  for (int c = 0; c < s.n; ++c) {  /* the channels the frame carries (a float conversion each) */
     const float v = d->vel[c];  /* saturate: lroundf beyond int32 is undefined */
     s.vel[c] = v >= 2147483520.0f ? INT32_MAX : v <= -2147483520.0f ? INT32_MIN : (int32_t)lroundf(v);
   }

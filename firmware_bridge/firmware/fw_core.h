@@ -9,7 +9,7 @@
  *     fw_init(&dev, &config, &hw);
  *     for (;;) {
  *       feed received serial bytes to fw_receive(&dev, bytes, n);
- *       when the control period has elapsed: fw_tick(&dev);
+ *       when the control period has elapsed: fw_tick(&dev, due);
  *       fw_transmit(&dev);   (hand queued bytes to the line as it has room)
  *     }
  * Commands take effect at the next tick (the actuator is updated once per
@@ -29,7 +29,7 @@
 #include "fw_hw.h"
 #include "proto.h"
 
-#define FW_VERSION 2
+#define FW_VERSION 3
 #ifndef FW_TX_BUF         /* transmit ring, bytes (>= PROTO_MAX_WIRE) */
 #if defined(__AVR__)
 #define FW_TX_BUF 128     /* an INFO, or a STATE and a STATUS: the Uno has 2 KB of RAM */
@@ -74,7 +74,9 @@ typedef struct {
   uint8_t applied_flags;
   uint32_t rx_latency_max_us;    /* worst latency of the commands accepted this
                                     period, LATENCY_UNKNOWN if none */
-  uint64_t last_cmd_t_us;        /* arrival of the last accepted command (or arming) */
+  uint32_t info_t_us;            /* the watchdog counts from here: the time of the STATE
+                                    the newest accepted command answers (or of arming),
+                                    low 32 bits */
   /* sensing */
   uint8_t have_prev;
   int32_t prev_counts[PROTO_MAX_CHANNELS];
@@ -97,7 +99,6 @@ typedef struct {
   /* counters (STATUS) */
   uint32_t counter[PROTO_COUNTERS - COUNTER_TX_FRAMES];  /* FW_COUNTER; rx: the decoder's */
   uint32_t ticks;
-  uint8_t tick_late;             /* set by the back-end before fw_tick */
   uint8_t extra_flags;           /* ORed into STATE flags by the back-end */
 } fw_device;
 
@@ -109,8 +110,11 @@ void fw_init(fw_device *d, const fw_config *cfg, const fw_hw *hw);
 /* Bytes that arrived on the serial line. */
 void fw_receive(fw_device *d, const uint8_t *bytes, size_t n);
 /* One control period: sense, estimate velocity, watchdog and limits, run the
- * on-device controller if it is in charge, actuate, queue a STATE. */
-void fw_tick(fw_device *d);
+ * on-device controller if it is in charge, actuate, queue a STATE. due_us:
+ * when the back-end's schedule wanted this tick, low 32 bits of the micros()
+ * clock (a timer-driven board: the tick's start): the watchdog is checked at
+ * that time, and a tick a period or more after it is LATE. */
+void fw_tick(fw_device *d, uint32_t due_us);
 /* Hand queued output to serial_write, as much as serial_room allows. Called
  * by fw_receive and fw_tick; call it from the main loop too, so frames go
  * out as the line drains. */

@@ -362,16 +362,15 @@ static void wait_io(hil_sim *h, uint64_t wake, int want_write)
 #endif
 }
 
-static void tick(hil_sim *h, int late)
+static void tick(hil_sim *h, uint64_t due_us)
 {
   const int held = h->o.hold_until_armed && h->stats.arms == 0;
   if (!held) {
     uint8_t terminated, truncated;
     ps_step(&h->m, &h->d, &h->u, 0, 0, &terminated, &truncated, 0, 0);
   }
-  h->dev.tick_late = late;
   h->dev.extra_flags = held ? FLAG_HELD : 0;
-  fw_tick(&h->dev);
+  fw_tick(&h->dev, (uint32_t)due_us);
   const size_t i = h->stats.trace_len;
   if (i < h->o.trace_cap) {
     if (h->o.trace_t_us) h->o.trace_t_us[i] = h->dev.prev_t_us;
@@ -430,8 +429,7 @@ void hil_run(hil_sim *h, double duration_s)
       /* what arrived while we slept late is not the host's fault: read it first */
       wait_io(h, 0, 0);
       if (h->rx_ready && h->fd >= 0) receive(h);
-      const int late = now >= next + period;
-      tick(h, late);
+      tick(h, next);
       next += period;
       if (now >= next + 10 * period) next = now + period;  /* stalled: start afresh */
       continue;

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PROTO_VERSION 2
+#define PROTO_VERSION 3
 #define PROTO_MAX_CHANNELS 4
 #define PROTO_MAX_PAYLOAD 96  /* INFO */
 #define PROTO_HEADER_LEN 6
@@ -135,7 +135,7 @@ enum {
 
 typedef struct {
   uint8_t mode, fault;
-  uint64_t t_us, last_cmd_t_us;
+  uint64_t t_us, info_t_us;
   uint32_t counter[PROTO_COUNTERS];  /* COUNTER_* */
 } proto_status;
 

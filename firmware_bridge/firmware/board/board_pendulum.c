@@ -147,10 +147,9 @@ void board_loop(void)
   const uint32_t now = (uint32_t)micros();
   const int32_t overdue = (int32_t)(now - next_tick);
   if (overdue >= 0) {
-    dev.tick_late = overdue >= (int32_t)PERIOD_US;
-    fw_tick(&dev);
+    fw_tick(&dev, next_tick);
     next_tick += PERIOD_US;
-    if (dev.tick_late) next_tick = now + PERIOD_US;  /* never burst to catch up */
+    if (overdue >= (int32_t)PERIOD_US) next_tick = now + PERIOD_US;  /* never burst to catch up */
   }
   fw_transmit(&dev);  /* as much as the serial buffer has room for */
 }

@@ -157,7 +157,7 @@ int main(void)
   run_for(15000);
   proto_status st;
   CHECK(received(MSG_FAULT, &f) && proto_unpack_status(f.payload, f.len, &st) == 0 &&
-        st.fault == FAULT_WATCHDOG && st.t_us - st.last_cmd_t_us < 3 * 5000 + 100);
+        st.fault == FAULT_WATCHDOG && st.t_us - st.info_t_us < 3 * 5000 + 100);
   CHECK(mock.pwm[PIN_PWM] == 0 && last_state.mode == MODE_FAULT);
 
   send(MSG_DISARM, 0, 0);

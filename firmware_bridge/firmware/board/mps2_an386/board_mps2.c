@@ -217,9 +217,8 @@ int main(void)
       uint8_t terminated, truncated;
       ps_step(&model, &data, &u, 0, 0, &terminated, &truncated, 0, 0);
     }
-    dev.tick_late = now >= next + period;
     dev.extra_flags = armed_once ? 0 : FLAG_HELD;
-    fw_tick(&dev);
+    fw_tick(&dev, (uint32_t)next);
     next += period;
     if (now >= next + 10 * period) next = now + period;  /* stalled (QEMU descheduled): afresh */
   }
