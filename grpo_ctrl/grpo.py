@@ -164,6 +164,25 @@ def gaussian_kl(mu_p, log_std_p, mu_q, log_std_q) -> torch.Tensor:
         - (log_std_p - log_std_q)
 
 
+def correlated_noise(horizon: int, branches: int, rho: float,
+                     gen: torch.Generator) -> torch.Tensor:
+    """Exploration noise (horizon, branches) with unit marginal variance, AR(1)
+    along time within each branch: n_0 = e_0, n_t = rho n_(t-1) + sqrt(1 - rho^2) e_t,
+    e ~ N(0, 1) iid from ``gen``, so corr(n_t, n_(t+k)) = rho^k. rho = 0 is iid
+    noise, the same draws as before. Correlated noise does not average out over
+    a swing-up of 60-100 steps: branches differ in strategy, not only in jitter
+    (colored noise in on-policy RL, Hollenstein et al. 2023). The ratio keeps the
+    per-step Gaussian, the noise's marginal, as those papers do."""
+    e = torch.randn(horizon, branches, generator=gen)
+    if rho == 0.0:
+        return e
+    out, keep = torch.empty_like(e), math.sqrt(1.0 - rho * rho)
+    out[0] = e[0]
+    for t in range(1, horizon):
+        out[t] = rho * out[t - 1] + keep * e[t]
+    return out
+
+
 def adapt_clip(eps_scale: float, kl: float, target: float) -> float:
     """Adaptive trust region: widen the clip range when the measured
     KL(pi_old || pi) is under half the target, narrow it when over twice."""
@@ -228,7 +247,7 @@ class GroupRollout:
         rewards = np.empty((H, B))
         alive = np.ones((H + 1, B), dtype=bool)  # alive[t]: not terminated before step t
         std = float(torch.exp(policy.log_std))
-        noise = torch.randn(H, B, generator=gen) * std
+        noise = correlated_noise(H, B, cfg.noise_corr, gen) * std
         if cfg.continuation == "policy":
             noise.view(H, n, g)[:, :, 0] = 0.0  # branch 0 follows the mean action
         last_act = None

@@ -47,6 +47,9 @@ class GRPOConfig:
                              "reset", low=0.0, high=1.0)
     continuation: str = knob("random", "branch a trajectory continues from",
                              choices=("greedy", "softmax", "random", "policy"))
+    noise_corr: float = knob(0.0, "correlation of a branch's exploration noise from one decision "
+                             "to the next (AR(1); 0 = independent), so that branches try "
+                             "different strategies, not only jitter", low=0.0, high=0.999)
     softmax_temperature: float = knob(1.0, "on group-normalised returns, for softmax continuation",
                                       above=0.0, high=1e6)
     w_du: float = knob(0.0, "action-rate penalty: each decision loses w_du (du / u_max)^2, "

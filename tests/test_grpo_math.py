@@ -7,12 +7,34 @@ import pytest
 import torch
 
 from grpo_ctrl.grpo import (adapt_clip, aggregate_loss, choose_continuation, clip_fractions,
-                            clipped_surrogate, discounted_returns, gaussian_kl, group_advantages,
-                            k3_kl, mean_command_smoothness, zero_spread_fraction)
+                            clipped_surrogate, correlated_noise, discounted_returns, gaussian_kl,
+                            group_advantages, k3_kl, mean_command_smoothness,
+                            zero_spread_fraction)
 from grpo_ctrl.policy import (GaussianPolicy, RunningNorm, gaussian_log_prob,
                              squashed_log_prob)
 
 torch.set_num_threads(1)
+
+
+# ------------------------------------------------------------------ exploration noise
+def test_correlated_noise_by_hand_and_from_the_seed():
+    e = torch.randn(3, 2, generator=torch.Generator().manual_seed(5))
+    n = correlated_noise(3, 2, 0.6, torch.Generator().manual_seed(5))
+    # n_0 = e_0, n_1 = 0.6 e_0 + 0.8 e_1, n_2 = 0.6 n_1 + 0.8 e_2
+    torch.testing.assert_close(n[0], e[0])
+    torch.testing.assert_close(n[1], 0.6 * e[0] + 0.8 * e[1])
+    torch.testing.assert_close(n[2], 0.36 * e[0] + 0.48 * e[1] + 0.8 * e[2])
+    # rho 0: the iid draws of before, bit for bit
+    assert torch.equal(correlated_noise(3, 2, 0.0, torch.Generator().manual_seed(5)), e)
+
+
+def test_correlated_noise_has_unit_variance_and_autocorrelation_rho_to_the_lag():
+    n = correlated_noise(40, 20_000, 0.9, torch.Generator().manual_seed(0)).double()
+    # stationary from the first step: every step's variance is 1 (s.e. ~0.01)
+    assert torch.allclose(n.var(dim=1), torch.ones(40, dtype=torch.float64), atol=0.05)
+    for lag in (1, 5, 20):  # across branches, between steps 10 and 10 + lag: 0.9^lag
+        corr = float((n[10] * n[10 + lag]).mean())
+        assert abs(corr - 0.9 ** lag) < 0.03, (lag, corr)
 
 
 # ------------------------------------------------------------------ advantages
