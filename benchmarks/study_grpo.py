@@ -35,7 +35,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
 
-from grpo_ctrl.heldout import HELDOUT_EPISODES, score, standard_error, start_states  # noqa: E402
+from grpo_ctrl.heldout import HELDOUT_EPISODES, near_hanging, score, standard_error  # noqa: E402
 from grpo_ctrl.grpo_config import default_config  # noqa: E402
 from grpo_ctrl.train import train  # noqa: E402
 
@@ -128,9 +128,7 @@ def main(argv=None) -> int:
     if gym:
         from grpo_ctrl.baselines.optimum import make_optimum
         optimum = score(make_optimum("pendulum", "gym"), args.episodes)
-        # where half the gap sits (docs/grpo.md §8): starts within 0.64 rad of hanging down
-        angle = start_states("pendulum", "gym", args.episodes)[:, 0]
-        hanging = np.abs(np.abs(angle) - np.pi) < 0.64
+        hanging = near_hanging("pendulum", "gym", args.episodes)  # half the gap (§8)
     for study in args.study or list(STUDIES):
         print(f"\n## {study}, {args.system}/{args.preset}: {args.seeds} seeds x "
               f"{args.iterations} iterations (~{args.iterations * steps / 1e6:.1f} M simulator "

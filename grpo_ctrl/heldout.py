@@ -50,6 +50,17 @@ def start_states(system: str, preset: str, episodes: int = HELDOUT_EPISODES,
     return sim.get_state()["x"]
 
 
+HANGING_WITHIN = 0.64  # rad: one fifth of Gymnasium's uniform start angles
+
+
+def near_hanging(system: str, preset: str, episodes: int = HELDOUT_EPISODES,
+                 seed: int = HELDOUT_SEED) -> np.ndarray:
+    """Which held-out episodes start within ``HANGING_WITHIN`` of hanging down
+    (pole angle pi): where most of GRPO's gap to the optimum sits (docs/grpo.md §8)."""
+    angle = start_states(system, preset, episodes, seed)[:, 0]
+    return np.abs(np.abs(angle) - np.pi) < HANGING_WITHIN
+
+
 @dataclass
 class Score:
     """Per-episode results of one controller on the held-out episodes."""

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Where a trained gym-pendulum policy loses to the optimum, and whether its
+own exploration could find what it misses (docs/grpo.md §9, fourth pass).
+
+On the 1,000 held-out episodes, paired with the optimum:
+
+* the loss by start angle, and how many hanging starts lose more than 50
+  (an extra swing);
+* how saturated the policy's pre-squash mean is on the hanging starts' first
+  60 steps (where |mu| >> 1 the exploration noise cannot move the command),
+  and the policy scored with its own noise against its mean action;
+* from each of the worst starts, ``--branches`` branches of the policy with
+  its own noise, ``--horizon`` steps discounted by ``--gamma`` as in
+  training: their spread, and how many come within 2 points of the
+  optimum's return over the same steps.
+
+    python benchmarks/study_hanging.py RUN/latest.pt
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from grpo_ctrl.baselines.optimum import make_optimum
+from grpo_ctrl.closed_loop import act
+from grpo_ctrl.heldout import HELDOUT_EPISODES, near_hanging, score, start_states
+from grpo_ctrl.policy import load_policy
+from grpo_ctrl.run_folder import LATEST
+from grpo_ctrl.sim import BatchSim
+
+
+@torch.no_grad()
+def rollout(policy, x0: np.ndarray, steps: int, noise: float, gamma: float,
+            gen: torch.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Discounted returns (N,) from start states x0 (N, 2) of the policy with
+    ``noise`` times its own std before the tanh, and the pre-squash means (steps, N)."""
+    sim = BatchSim("pendulum", len(x0), "gym", seed=0)
+    sim.reset()
+    sim.set_state({"x": x0})
+    obs, ret, mus = sim.observe(), np.zeros(len(x0)), []
+    for t in range(steps):
+        mu = policy.mu(policy.normalise(torch.as_tensor(obs, dtype=torch.float32))).reshape(-1)
+        z = mu + noise * torch.exp(policy.log_std) * torch.randn(mu.shape, generator=gen)
+        obs, r, _, _ = sim.step((policy.u_max * np.tanh(z.numpy())).astype(np.float64))
+        ret += gamma ** t * r
+        mus.append(mu.numpy())
+    return ret, np.array(mus)
+
+
+def deterministic_return(controller, x0: np.ndarray, steps: int, gamma: float) -> float:
+    sim = BatchSim("pendulum", 1, "gym", seed=0)
+    sim.reset()
+    sim.set_state({"x": x0[None]})
+    obs, ret = sim.observe(), 0.0
+    for t in range(steps):
+        obs, r, _, _ = sim.step(act(controller, obs))
+        ret += gamma ** t * float(r[0])
+    return ret
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("checkpoint", help="a run folder (its latest.pt) or a checkpoint file")
+    p.add_argument("--worst", type=int, default=8, help="starts to branch from")
+    p.add_argument("--branches", type=int, default=64)
+    p.add_argument("--horizon", type=int, default=64)
+    p.add_argument("--gamma", type=float, default=0.99)
+    args = p.parse_args(argv)
+    policy, _, _ = load_policy(Path(args.checkpoint), LATEST)
+    optimum = make_optimum("pendulum", "gym")
+    n = HELDOUT_EPISODES
+    x0 = start_states("pendulum", "gym", n)
+    hanging = near_hanging("pendulum", "gym", n)
+    mine = score(policy.controller(optimum.spec), n).returns
+    d = mine - score(optimum, n).returns
+    print(f"minus the optimum, paired: {d.mean():+.2f}; hanging starts {d[hanging].mean():+.1f} "
+          f"({100 * np.mean(d[hanging] < -50):.0f} % of them lose > 50), rest "
+          f"{d[~hanging].mean():+.2f}")
+    from_down = np.abs(np.abs(x0[:, 0]) - np.pi)
+    for lo in np.arange(0.0, np.pi, np.pi / 6):
+        m = (from_down >= lo) & (from_down < lo + np.pi / 6)
+        print(f"  start {lo:.2f}-{lo + np.pi / 6:.2f} rad from hanging down: {m.sum()} episodes, "
+              f"{d[m].mean():+.1f}, {100 * np.mean(d[m] < -20):.0f} % lose > 20")
+    gen = torch.Generator().manual_seed(0)
+    _, mus = rollout(policy, x0[hanging], 60, 0.0, 1.0, gen)
+    q = np.percentile(np.abs(mus), [50, 75, 90])
+    print(f"hanging starts, first 60 steps: |mu| median {q[0]:.1f}, 75th {q[1]:.1f}, 90th "
+          f"{q[2]:.1f}; log std {float(policy.log_std.detach()):.2f}")
+    for noise in (0.5, 1.0):
+        ret, _ = rollout(policy, x0, 200, noise, 1.0, gen)
+        print(f"with {noise:g} x its own noise: {ret.mean() - mine.mean():+.2f} against its mean "
+              "action")
+    print(f"\n{args.branches} branches x {args.horizon} steps, gamma {args.gamma}, from the "
+          f"{args.worst} worst starts:")
+    print("| start (angle, speed) | episode loss | optimum | mean action | branches: mean | std "
+          "| best | within 2 of the optimum |")
+    print("|---|---|---|---|---|---|---|---|")
+    controller = policy.controller(optimum.spec)
+    for i in np.argsort(d)[:args.worst]:
+        best = deterministic_return(optimum, x0[i], args.horizon, args.gamma)
+        mean_action = deterministic_return(controller, x0[i], args.horizon, args.gamma)
+        ret, _ = rollout(policy, np.repeat(x0[i:i + 1], args.branches, 0), args.horizon, 1.0,
+                         args.gamma, gen)
+        print(f"| {x0[i, 0]:+.2f}, {x0[i, 1]:+.2f} | {d[i]:.0f} | {best:.1f} | {mean_action:.1f} | "
+              f"{ret.mean():.1f} | {ret.std():.1f} | {ret.max():.1f} | "
+              f"{100 * np.mean(ret >= best - 2):.0f} % |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
