@@ -17,7 +17,7 @@ from grpo_ctrl import cli
 from grpo_ctrl.closed_loop import evaluate
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo import Trainer
-from grpo_ctrl.grpo_config import GRPOConfig
+from grpo_ctrl.grpo_config import GRPOConfig, default_config
 from grpo_ctrl.policy import load_policy_controller
 
 torch.set_num_threads(1)
@@ -54,6 +54,26 @@ def test_the_same_seed_reproduces_the_same_policy():
         assert torch.equal(a, b)
     assert _score(first) == _score(second)
     assert not torch.equal(other.policy.net[0].weight, first.policy.net[0].weight)
+
+
+def test_the_gym_pendulums_noise_floor_holds_through_updates():
+    """Without a floor the gym pendulum's learnt noise keeps falling in long runs, and
+    the swing-up from hanging down is lost (docs/grpo.md §9, fourth pass)."""
+    cfg = default_config("pendulum", "gym")
+    floor = cfg.log_std_min
+    assert floor == pytest.approx(-0.5)
+    tiny = dict(num_starts=4, group_size=4, horizon=16, loss_steps=8, overlap=False, seed=1,
+                **SHORT)
+    below = Trainer(GRPOConfig(**{**vars(cfg), **tiny, "log_std_init": -3.0}), "pendulum", "gym")
+    below.step()  # Adam moves log std by <= ~lr a step (2 minibatches): the floor lifts it
+    lifted = float(below.policy.log_std)
+    assert floor <= lifted <= floor + 2 * cfg.lr
+    assert float(below.rollout.collect(below.policy, below.gen).log_std_old) == lifted
+    fast = Trainer(GRPOConfig(**{**vars(cfg), **tiny, "log_std_init": -0.45, "lr": 0.3}),
+                   "pendulum", "gym")
+    for _ in range(5):
+        fast.step()
+        assert float(fast.policy.log_std) >= floor - 1e-7
 
 
 def test_overlapped_collection_learns_and_is_reproducible():
