@@ -128,6 +128,7 @@ class CSource:
     c: str
     h: str
     size: SizeReport
+    error: str = ""  # q15: the measured error against onnxruntime (c_build.quantized_c)
 
 
 def _float_literal(v) -> str:

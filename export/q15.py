@@ -152,14 +152,16 @@ static uint32_t {name}_q15_input(float v)
 /* c += lo(w) lo(a) + hi(w) hi(a), the halves signed 16-bit: one SMLALD */
 #define {rom}_Q15_MAC2(c, w, a) ((c) = __smlald((int32_t)(w), (int32_t)(a), (c)))
 #else
-/* the same sums in plain C (host, AVR): bit for bit the SMLALD's */
-static int32_t {name}_q15_half(uint32_t x)
+/* the same sums in plain C (host, AVR): bit for bit the SMLALD's. The two
+ * products add in 32 bits (each at most 32767 x 32768: no overflow), and
+ * 16 x 16 -> 32-bit multiplies (avr-gcc: __mulhisi3, not a 32-bit multiply) */
+static int16_t {name}_q15_half(uint32_t x)
 {{
-  return (int32_t)(x & 0x7FFFu) - (int32_t)(x & 0x8000u);
+  return (int16_t)((int32_t)(x & 0x7FFFu) - (int32_t)(x & 0x8000u));
 }}
 #define {rom}_Q15_MAC2(c, w, a) \\
-  ((c) += (int64_t)({name}_q15_half(w) * {name}_q15_half(a)) + \\
-          (int64_t)({name}_q15_half((w) >> 16) * {name}_q15_half((a) >> 16)))
+  ((c) += (int32_t){name}_q15_half(w) * {name}_q15_half(a) + \\
+          (int32_t){name}_q15_half((w) >> 16) * {name}_q15_half((a) >> 16))
 #endif
 #if !defined({rom}_Q15_MAC4X2)
 #define {rom}_Q15_MAC4X2(ap, wp, c0, c1) do {{ \\
@@ -187,12 +189,25 @@ def packed_weights(layer: Layer) -> np.ndarray:
     return words.reshape(n // 2, 2, pairs // 2, 2).transpose(0, 2, 1, 3).reshape(-1)
 
 
-def stamp(h: str, err: float, u_max: float | None, samples: int) -> str:
-    """The header with the measured error of its q15 products written in."""
-    rel = f" ({err / u_max:.2g} of u_max)" if u_max else ""
-    line = (f" * q15: max |this C - onnxruntime| = {err:.3g}{rel} over {samples} observations "
-            f"across the operating range, measured on the host at export\n *\n")
-    return h.replace(" * Observation order:", line + " * Observation order:", 1)
+def summary(err: float | None, u_max: float | None, samples: int) -> str:
+    """One line on the measured error of a q15 C (``err`` None: not measured)."""
+    if err is None:
+        return "error against onnxruntime not measured (no host C compiler)"
+    rel = f" = {err / u_max:.2g} of u_max" if u_max else ""
+    return (f"max |C - onnxruntime| = {err:.3g}{rel} over {samples} observations across the "
+            f"plant's operating range (tolerance {TOLERANCE:g} of u_max)")
+
+
+def stamp(h: str, line: str) -> str:
+    """The header with ``summary``'s line written in."""
+    words, out, cur = line.split(), [], " * q15 (hidden layers in 16-bit fixed point), measured on the host at export:"
+    for w in words:
+        if len(cur) + 1 + len(w) > 90:
+            out.append(cur)
+            cur = " *  "
+        cur += " " + w
+    out.append(cur)
+    return h.replace(" * Observation order:", "\n".join(out) + "\n *\n * Observation order:", 1)
 
 
 def check_error(err: float, u_max: float | None) -> None:
