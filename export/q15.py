@@ -200,7 +200,8 @@ def summary(err: float | None, u_max: float | None, samples: int) -> str:
 
 def stamp(h: str, line: str) -> str:
     """The header with ``summary``'s line written in."""
-    words, out, cur = line.split(), [], " * q15 (hidden layers in 16-bit fixed point), measured on the host at export:"
+    words, out = line.split(), []
+    cur = " * q15 (hidden layers in 16-bit fixed point), measured on the host at export:"
     for w in words:
         if len(cur) + 1 + len(w) > 90:
             out.append(cur)
