@@ -124,11 +124,23 @@ def runtime(name: str, rom: str) -> str:
 /* q15 (grpo-ctrl export --quantize q15): v = h 2^sa, h a Relu's output (+0 or
  * more, never NaN), rounded and clamped to 0..65535, stored as the signed
  * q - 32768 */
+#if defined(__GNUC__) && defined(__ARM_FP) && (__ARM_FP & 4) && defined(__ARM_FEATURE_SAT)
+static uint32_t {name}_q15_input(float v)
+{{
+  /* VCVT to integer (toward zero, saturating), USAT to 0..65535: the
+   * conversion and the clamp below without a compare and branch */
+  uint32_t q;
+  v += 0.5f;
+  __asm__("vcvt.s32.f32 %1, %1\\n\\tvmov %0, %1\\n\\tusat %0, #16, %0" : "=r"(q), "+t"(v));
+  return q ^ 0x8000u;
+}}
+#else
 static uint32_t {name}_q15_input(float v)
 {{
   v += 0.5f;
   return (v < 65535.0f ? (uint32_t)v : 65535u) ^ 0x8000u;
 }}
+#endif
 
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 #include <arm_acle.h>
