@@ -113,6 +113,7 @@ class SizeReport:
     macs: int = 0        # multiply-adds of the matrix products per step
     packed_macs: int = 0  # of those, the ones whose weight is read packed (3.5 B)
     q15_macs: int = 0    # of those, the ones computed in q15 (generate_c's quantize)
+    q15_io: int = 0      # inputs quantised plus outputs converted back, of the q15 products
 
     def summary(self) -> str:
         q = (f"; q15: {self.q15_macs} of the {self.macs} multiply-adds in 16-bit integers"
@@ -194,6 +195,7 @@ class _Emitter:
     packed_macs: int = 0
     q15: dict = field(default_factory=dict)  # product's output -> calibrated max of its input
     q15_macs: int = 0
+    q15_io: int = 0
 
     def const_at(self, name: str, arr: np.ndarray, idx: str) -> str:
         """C expression of element ``idx`` of constant ``name`` (a flash read on AVR)."""
@@ -437,7 +439,8 @@ def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
     out = tensors[out_name]
     body = "\n".join(em.lines)
     libm = sorted(set(_LIBM_CALL.findall(body)))
-    size = SizeReport(em.const_bytes, 4 * ram, libm, em.macs, em.packed_macs, em.q15_macs)
+    size = SizeReport(em.const_bytes, 4 * ram, libm, em.macs, em.packed_macs, em.q15_macs,
+                      em.q15_io)
     meta = metadata.raw(model)
     return CSource(name, _c_file(name, em, body, ram, out, nobs, size, meta),
                    _h_file(name, nobs, size, meta), size)
@@ -767,6 +770,7 @@ def _emit_q15(node, attrs, tensors, consts, em: _Emitter, out: _Tensor, K: int, 
     hi = em.word_table(f"{what}: ... high words", init >> np.uint64(32))
     em.macs += N * K
     em.q15_macs += N * K
+    em.q15_io += N + K
     rom, then = em.rom, em.then.get(node.output[0])
     a = tensors[node.input[0]]
     s = _float_literal(2.0 ** layer.sa)

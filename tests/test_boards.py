@@ -148,6 +148,13 @@ def test_uno_on_device_tick_estimate_follows_simavr():
         est = boards.uno_tick_estimate(src.size.macs, src.size.packed_macs)
         assert abs(est / measured[h] - 1) < 0.1, (h, est, measured[h])
     assert measured[2] <= budget < measured[3]
+    # with the hidden layer in q15 (its plain-C integers on AVR)
+    src = generate_c(boards.widened(onnx.load(RIG), 8), pack=True, quantize="q15",
+                     calibration=operating_observations("pendulum", "rig", 1000))
+    est = boards.uno_tick_estimate(src.size.macs, src.size.packed_macs, src.size.q15_macs,
+                                   src.size.q15_io)
+    q15 = boards.target_check(UNO, src, obs)["ondevice"]
+    assert src.size.q15_macs == 64 and abs(est / q15 - 1) < 0.1, (est, q15)
 
 
 def test_the_default_3_64_64_1_policy_fits_the_uno():
