@@ -356,7 +356,7 @@ def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
     point (``q15``: SMLALD on a Cortex-M4, the same integers in plain C
     elsewhere), their input scales from the largest values over
     ``calibration`` (observations (N, nobs)); no longer the float graph
-    exactly: ``q15.measured_error`` says by how much."""
+    exactly: ``c_build.quantized_c`` measures by how much."""
     check_c_name(name)
     if quantize is not None and quantize not in QUANTIZE:
         raise UserError(f"unknown quantization {quantize!r}; choose {', '.join(QUANTIZE)}")

@@ -16,9 +16,9 @@ Two products at a time go into a 64-bit sum: ``SMLALD`` on a Cortex-M4 with
 the DSP extension (ACLE ``__smlald``, one instruction, one cycle by the
 Cortex-M4 TRM), the same integer arithmetic in plain C elsewhere (the host,
 AVR), so that every target computes the same sums bit for bit. A 64-bit sum
-cannot overflow (64 products of at most 2^30 each), so there is no
-saturation inside a product; the sum is brought back to float through an
-exact 32-bit window: an offset ``2^bits`` larger than any sum's magnitude
+cannot overflow (each product is below 2^30: it would take 2^33 inputs), so
+there is no saturation inside a product; the sum is brought back to float
+through a 32-bit window: an offset ``2^bits`` larger than any sum's magnitude
 (``bound``: every input at its extreme) makes it positive, a right shift of
 ``shift`` bits (rounded) fits it in 31, and a float multiply by a power of two
 gives the layer's output, to which the Relu applies as before.
@@ -26,8 +26,8 @@ gives the layer's output, to which the Relu applies as before.
 The first layer (its input is the normalised observation, signed and of
 several ranges: 11 bits of it cost the rig policy 4e-3 of its torque limit)
 and the output layer (the command) stay float. What is quantised is measured:
-``measured_error`` runs the C on the host against onnxruntime and the header
-says so (``stamp``).
+``c_build.quantized_c`` runs the C on the host against onnxruntime and the
+header says so (``stamp``).
 """
 from __future__ import annotations
 
