@@ -108,7 +108,7 @@ class SizeReport:
     and the target (an estimate was off by 2-9x), so it is measured where a
     toolchain is at hand: ``c_build.cross_size`` and ``grpo-ctrl firmware``."""
     const_bytes: int     # weights and index tables (flash)
-    ram_bytes: int       # scratch array: the largest set of live intermediates
+    ram_bytes: int       # scratch on the stack: the largest set of live intermediates (and q15 inputs)
     libm: list[str]
     macs: int = 0        # multiply-adds of the matrix products per step
     packed_macs: int = 0  # of those, the ones whose weight is read packed (3.5 B)
@@ -196,6 +196,7 @@ class _Emitter:
     q15: dict = field(default_factory=dict)  # product's output -> calibrated max of its input
     q15_macs: int = 0
     q15_io: int = 0
+    q15_scratch: int = 0  # bytes of the largest q15 product's quantised input (on the stack)
 
     def const_at(self, name: str, arr: np.ndarray, idx: str) -> str:
         """C expression of element ``idx`` of constant ``name`` (a flash read on AVR)."""
@@ -439,7 +440,7 @@ def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
     out = tensors[out_name]
     body = "\n".join(em.lines)
     libm = sorted(set(_LIBM_CALL.findall(body)))
-    size = SizeReport(em.const_bytes, 4 * ram, libm, em.macs, em.packed_macs, em.q15_macs,
+    size = SizeReport(em.const_bytes, 4 * ram + em.q15_scratch, libm, em.macs, em.packed_macs, em.q15_macs,
                       em.q15_io)
     meta = metadata.raw(model)
     return CSource(name, _c_file(name, em, body, ram, out, nobs, size, meta),
@@ -771,6 +772,7 @@ def _emit_q15(node, attrs, tensors, consts, em: _Emitter, out: _Tensor, K: int, 
     em.macs += N * K
     em.q15_macs += N * K
     em.q15_io += N + K
+    em.q15_scratch = max(em.q15_scratch, 4 * pairs)
     rom, then = em.rom, em.then.get(node.output[0])
     a = tensors[node.input[0]]
     s = _float_literal(2.0 ** layer.sa)
