@@ -546,7 +546,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="an exported controller to generate into the project as C (policy.c/.h)")
     p.add_argument("--quantize", choices=("q15",),
                    help="q15: the policy's hidden layers in 16-bit fixed point (SMLALD on the "
-                        "Cortex-M4: 7.7 %% of a 1 kHz period at 168 MHz rather than 10.8 %%; "
+                        "Cortex-M4: 7.5 %% of a 1 kHz period at 168 MHz rather than 10.8 %%; "
                         "within 1e-3 of u_max of onnxruntime, measured and refused beyond)")
 
 
