@@ -537,6 +537,8 @@ def _m4_cycles(cmd: list, elf: Path, folder: Path, timeout: float) -> dict:
 
 # ---------------------------------------------------------------- the command
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from grpo_ctrl.export.c_codegen import QUANTIZE
+
     p.add_argument("--board", required=True, choices=list(BOARDS),
                    help="; ".join(f"{k}: {v.description}" for k, v in BOARDS.items()))
     p.add_argument("--out", required=True, metavar="DIR",
@@ -544,7 +546,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "takes its name)")
     p.add_argument("--policy", metavar="ONNX",
                    help="an exported controller to generate into the project as C (policy.c/.h)")
-    p.add_argument("--quantize", choices=("q15",),
+    p.add_argument("--quantize", choices=QUANTIZE,
                    help="q15: the policy's hidden layers in 16-bit fixed point (SMLALD on the "
                         "Cortex-M4: 7.5 %% of a 1 kHz period at 168 MHz rather than 10.8 %%; "
                         "within 1e-3 of u_max of onnxruntime, measured and refused beyond)")
