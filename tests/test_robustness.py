@@ -127,3 +127,9 @@ def test_controllers_meet_the_same_episodes():
     assert 0.0 < r1["score_stderr"] < 0.2
     text = robustness.table({"a": r1, "swingup-lqr": r2})
     assert "score minus swingup-lqr's, paired | +0.0 +- 0.0 |" in text
+
+
+def test_runs_that_read_alike_get_their_folder_in_the_column_name():
+    from grpo_ctrl.cli_eval import column_names
+    assert column_names(["runs/a/latest.pt", "runs/b/latest.pt", "runs/c"]) == \
+        ["a/latest.pt", "b/latest.pt", "c"]
