@@ -8,13 +8,14 @@ For the Furuta pendulum it is added, 1.4 times larger, to a loop that holds
 the arm on a slow sweep around its start (a PD controller tuned on the
 preset to 2 Hz, damping 0.7; the arm is an integrator of the voltage and
 would run into its stops; the sweep, 0.4 rad at 0.25 Hz, shows the arm's
-damping), so the arm swings about a radian and shakes the rod. Guards override it per tick:
-beyond ``--max-swing`` from hanging, or half the device's velocity limit (from
-its INFO), the pendulum's command brakes and the Furuta's excitation stops;
-the Furuta's arm beyond 60 % of the device's position limit is never pushed
-further. The run goes through ``run_loop`` like ``grpo-ctrl run``: same link,
-loop, telemetry, and the same safe stop (zero command, DISARM) on every exit
-path. The log feeds ``grpo-ctrl sysid``.
+damping), so the arm swings about a radian and shakes the rod. Guards
+override it per tick: beyond ``--max-swing`` from hanging, or half the
+device's velocity limit (from its INFO), the pendulum's command brakes and
+the Furuta's excitation stops; the Furuta's arm beyond 60 % of the device's
+position limit is never pushed further. The run goes through ``run_loop``
+like ``grpo-ctrl run``: same link, loop, telemetry, and the same safe stop
+(zero command, DISARM) on every exit path. The log feeds ``grpo-ctrl
+sysid``.
 """
 from __future__ import annotations
 

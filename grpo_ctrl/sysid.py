@@ -36,7 +36,9 @@ Two fits, the second refining the first:
    short windows from the measured states, every candidate and window in
    one call; Levenberg-Marquardt from the least-squares answer (its
    Jacobian by finite differences, all in one call) finds the plant whose
-   simulated angles stay closest to the measured ones.
+   simulated angles stay closest to the measured ones. For the Furuta a
+   second pass from that answer uses windows that each span a piece of log:
+   the dampings' small effects add up over it (docs/sysid.md).
 
 The last quarter of every log is held out: the fits never see it, and the
 reported simulation error and the plot are on it.

@@ -14,11 +14,11 @@ pytest.importorskip("scipy", reason="sysid filters with scipy.signal")
 from grpo_ctrl.cli import main  # noqa: E402
 from grpo_ctrl.firmware_bridge.telemetry import Telemetry  # noqa: E402
 from grpo_ctrl.plant import plant_spec  # noqa: E402
-from grpo_ctrl.sim import BatchSim  # noqa: E402
+from grpo_ctrl.sim import MAX_DELAY, BatchSim  # noqa: E402
 from grpo_ctrl.firmware_bridge.excite import Excitation  # noqa: E402
 from grpo_ctrl.plant_file import mystery_plant, nominal_params  # noqa: E402
-from grpo_ctrl.sim import MAX_DELAY  # noqa: E402
-from grpo_ctrl.sysid import SimScorer, _segments, identify, model_for, positions, read_log  # noqa: E402
+from grpo_ctrl.sysid import (SimScorer, _segments, identify, model_for,  # noqa: E402
+                              positions, read_log)
 
 try:
     import tomllib  # novermin: 3.10 takes the except branch
