@@ -11,7 +11,8 @@ pytest.importorskip("scipy", reason="sysid filters with scipy.signal")
 
 from grpo_ctrl.cli import main  # noqa: E402
 from grpo_ctrl.firmware_bridge import protocol as P  # noqa: E402
-from grpo_ctrl.firmware_bridge.excite import ARM_GUARD, AMPLITUDES, multisine  # noqa: E402
+from grpo_ctrl.firmware_bridge.excite import (ARM_GUARD, AMPLITUDES, ARM_SWEEP_HZ,  # noqa: E402
+                                              arm_sweep, multisine)
 from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil  # noqa: E402
 from grpo_ctrl.plant import plant_spec  # noqa: E402
 from grpo_ctrl.plant_file import mystery_plant, read_plant_file  # noqa: E402
@@ -30,6 +31,18 @@ def test_multisine_shape():
     spectrum = np.abs(np.fft.rfft(u))
     f = np.fft.rfftfreq(len(u), 0.005)
     assert np.sum(spectrum[f > 6] ** 2) < 0.01 * np.sum(spectrum ** 2)  # band-limited
+
+
+def test_arm_sweep_is_a_faded_sine_and_its_rate():
+    ref, rate = arm_sweep(20.0, 0.002, 0.4)
+    t = np.arange(len(ref)) * 0.002
+    assert np.max(np.abs(ref)) == pytest.approx(0.4, rel=1e-3)
+    assert ref[0] == 0 and abs(ref[-1]) < 1e-9 and abs(rate[-1]) < 1e-9  # starts, ends at 0
+    middle = (t > 2) & (t < 18)
+    np.testing.assert_allclose(ref[middle], 0.4 * np.sin(2 * np.pi * ARM_SWEEP_HZ * t[middle]))
+    # the rate is the reference's derivative, fades included: integrated, it gives the reference
+    integral = np.concatenate([[0.0], np.cumsum(0.5 * (rate[1:] + rate[:-1]) * 0.002)])
+    np.testing.assert_allclose(integral, ref, atol=1e-3)  # half a step of each fade's kink
 
 
 @pytest.mark.parametrize("seed", [2])

@@ -14,10 +14,11 @@ pytest.importorskip("scipy", reason="sysid filters with scipy.signal")
 from grpo_ctrl.cli import main  # noqa: E402
 from grpo_ctrl.firmware_bridge.telemetry import Telemetry  # noqa: E402
 from grpo_ctrl.plant import plant_spec  # noqa: E402
-from grpo_ctrl.sim import BatchSim  # noqa: E402
+from grpo_ctrl.sim import MAX_DELAY, BatchSim  # noqa: E402
 from grpo_ctrl.firmware_bridge.excite import Excitation  # noqa: E402
 from grpo_ctrl.plant_file import mystery_plant, nominal_params  # noqa: E402
-from grpo_ctrl.sysid import identify, positions, read_log  # noqa: E402
+from grpo_ctrl.sysid import (SimScorer, _segments, identify, model_for,  # noqa: E402
+                              positions, read_log)
 
 try:
     import tomllib  # novermin: 3.10 takes the except branch
@@ -112,6 +113,25 @@ def test_lost_frames_split_the_log_instead_of_shifting_it(tmp_path):
     assert fit.delay == 1
 
 
+def test_long_windows_span_the_pieces(tmp_path):
+    """The Furuta's second stage: simulation-error windows as long as the
+    shortest piece of log between lost frames that holds a first-stage
+    window (shorter pieces are left out, as there); a longer piece holds as
+    many as fit."""
+    path = write_log(tmp_path / "log.csv", {"m": 0.18, "l": 0.26}, seconds=14.0,
+                     lose={600, 800})  # pieces of 600 rows (3 s), 199 (1 s) and the rest
+    model = model_for(SPEC)
+    fit_part, _ = _segments([read_log(path, SPEC)], model.cutoff_hz)
+    lengths = [len(s.u) for s in fit_part]
+    assert lengths[0] == 600 and len(lengths) == 2   # the 1 s piece is dropped
+    scorer = SimScorer(model, fit_part, window_s=math.inf)
+    edge = int(0.2 / SPEC.dt)             # the filter's ends
+    start = MAX_DELAY + edge              # and the delay line's history
+    assert scorer.K == 600 - start - edge
+    assert scorer.starts == [(0, start), (1, start), (1, start + scorer.K)]
+    assert lengths[1] - (start + 2 * scorer.K) < scorer.K + edge  # no room for a third
+
+
 def test_least_squares_alone_picks_the_delay(tmp_path):
     path = write_log(tmp_path / "log.csv", {"m": 0.14, "l": 0.28, "delay": 2})
     fit, _, _ = identify([read_log(path, SPEC)], SPEC, refine_fit=False)
@@ -197,8 +217,10 @@ def test_furuta_fit_recovers_a_hidden_qube(tmp_path, seed):
     """A simulated excite log of a mystery Qube (every parameter x U(0.7,
     1.3), its delay, offset and motor lag; encoder noise and quantisation):
     with mp and rm known, sysid finds the motor constant, the lengths and
-    inertias within 2 %, the dampings within 25 % (dr is 2.5 % of the
-    back-EMF damping, dp barely slows the rod in 15 s), delay and lag."""
+    inertias within 2 %, the dampings within the issue's 10 % (dr is 2.5 %
+    of the back-EMF damping, dp barely slows the rod in 15 s: they need the
+    arm's sweep and the one-window stage; at most 2.9 % and 0.6 % here), delay and
+    lag."""
     plant, truth = _furuta_truth(seed)
     path = write_log(tmp_path / "log.csv", plant, seconds=15.0, seed=seed, noise=0.0005,
                      spec=FURUTA)
@@ -207,7 +229,7 @@ def test_furuta_fit_recovers_a_hidden_qube(tmp_path, seed):
     for name in ("km", "lr", "jr", "lp", "jp"):
         assert fit.params[name] == pytest.approx(truth.params[name], rel=0.02), name
     for name in ("dr", "dp"):
-        assert fit.params[name] == pytest.approx(truth.params[name], rel=0.25), name
+        assert fit.params[name] == pytest.approx(truth.params[name], rel=0.10), name
     assert fit.delay == truth.delay and fit.motor_k == pytest.approx(truth.motor_k, abs=0.02)
     assert fit.offset == pytest.approx(truth.offset, abs=0.002)
     assert fit.params["mp"] == truth.params["mp"] and fit.params["mr"] == FURUTA_NOMINAL["mr"]
