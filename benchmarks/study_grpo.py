@@ -186,9 +186,9 @@ def report_runs(plant, study: str, folder: str, png: str | None) -> None:
                      for s in both]
             dret = [Score(got[s][key + "returns"], got[s][key + "success"], 0).minus(
                 Score(base[s][key + "returns"], base[s][key + "success"], 0)) for s in both]
-            per_seed = ", ".join(f"{m:+.0f} ± {e:.0f}" for m, e in dret)
+            per_seed = ", ".join(f"{m:+.1f} ± {e:.1f}" for m, e in dret)
             paired = "—" if name == base_name else (
-                f"{mean_se(dsucc)} | {mean_se([m for m, _ in dret])} ({per_seed})")
+                f"{mean_se(dsucc, '+')} | {mean_se([m for m, _ in dret], '+')} ({per_seed})")
             print(f"| {name} | {len(got)} | {mean_se(succ)} | {mean_se(ret)} | {paired} |"
                   + (" — |" if name == base_name else ""))
     walls = {name: np.mean([float(r["wall"]) for r in got.values()]) for name, got in runs.items()}
@@ -269,8 +269,8 @@ def iteration_cost(plant: tuple[str, str], rules: list[str], epochs: int, rounds
               f"{(col + m) / (col + base):.3f} |")
 
 
-def mean_se(x) -> str:
-    return f"{np.mean(x):.1f} ± {standard_error(x):.1f}"
+def mean_se(x, sign: str = "") -> str:
+    return f"{np.mean(x):{sign}.1f} ± {standard_error(x):.1f}"
 
 
 def main(argv=None) -> int:
