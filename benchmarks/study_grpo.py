@@ -214,6 +214,9 @@ def plot_records(runs: dict, plant, study: str, path: str) -> None:
             ax.plot(ys, k + 0.08 * (np.arange(len(ys)) - (len(ys) - 1) / 2), "o", ms=4,
                     color="C0")
             ax.plot(np.mean(ys), k, "|", ms=16, color="k")
+        lo, hi = ax.get_xlim()
+        if key == "drawn_returns" and lo < 3 * hi < 0:  # a failed rule: keep the rest readable
+            ax.set_xscale("symlog", linthresh=-hi)
         ax.set_xlabel(f"{label}, final policy, held-out episodes\n(dots: seeds; bar: mean)")
     axes[0].set_yticks(range(len(runs)), list(runs))
     axes[0].invert_yaxis()
@@ -309,7 +312,8 @@ def main(argv=None) -> int:
     if args.record or args.report:
         for study in args.study or ["trust_region_4_epochs"]:
             if args.report:
-                png = args.png_dir and os.path.join(args.png_dir, f"{args.system}-{study}.png")
+                png = args.png_dir and os.path.join(args.png_dir,
+                                                   f"{args.system}-{args.preset}-{study}.png")
                 report_runs(plant, study, args.report, png)
             else:
                 record_runs(plant, study, args.seed_list or list(range(args.seeds)), args.only,
