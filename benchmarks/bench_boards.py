@@ -17,6 +17,10 @@ For each board whose toolchain and emulator are installed:
   applied to QEMU's trace of every executed instruction
   (``firmware_bridge/m4_cycles.py``, its docstring has the cost model).
 
+Each board twice: the policy as exported (float) and with its 64 x 64
+hidden layer in 16-bit fixed point (``--quantize q15``: SMLALD on the
+Cortex-M4, plain C integers on AVR), with its measured error.
+
 Clocks: the Uno's 16 MHz; for the Cortex-M4F both QEMU's mps2-an386 model
 (25 MHz, what the PIL runs) and the realistic board the goal is judged at,
 an STM32F4 at 168 MHz (Qube-class controllers run M4Fs at 120-180 MHz).
@@ -67,17 +71,18 @@ def main() -> int:
     if args.uno_widths:
         return uno_widths(model, obs, [int(h) for h in args.uno_widths.split(",")])
     results = {}
-    for name, b in boards.BOARDS.items():
+    for (name, b), quantize in [(kv, q) for kv in boards.BOARDS.items() for q in (None, "q15")]:
         missing = boards.emulator_missing(b)
         if missing:
             print(f"{name}: skipped: {missing}")
             continue
-        src = boards.controller_c(b, model)
+        src = boards.controller_c(b, model, quantize)
         fit = boards.measure(b, src)
         r = boards.target_check(b, src, obs, cycles=True)
         unit = "cycles" if name == "uno" else "instructions"
         rate, clocks, goal = GOALS[name]
-        print(f"\n{b.description}")
+        print(f"\n{b.description}" + (f", the policy's hidden layer in {quantize} "
+                                      f"(--quantize {quantize}: {src.error})" if quantize else ""))
         print(f"  flash {fit.firmware.flash} B firmware, {fit.total.flash} B with the 3-64-64-1 "
               f"policy ({fit.const_bytes} B weights) of {b.flash} B; static RAM "
               f"{fit.total.ram} B + {fit.scratch} B policy scratch" +
@@ -106,7 +111,7 @@ def main() -> int:
                 shares.setdefault(clock, {})[what] = {"host_computed": host, "on_device": device}
                 print(f"  at {rate} Hz on {clock}, {what}: host-computed {100 * host:.1f} %, "
                       f"on-device {100 * device:.1f} % of the period (goal < {100 * goal:.0f} %)")
-        results[name] = {"unit": unit, "tick": r["tick"], "ondevice": r["ondevice"],
+        results[name + (f" {quantize}" if quantize else "")] = {"unit": unit, "tick": r["tick"], "ondevice": r["ondevice"],
                          "receive": r["receive"],
                          "policy": r["policy"], "stack": r.get("stack"),
                          "flash_firmware": fit.firmware.flash, "flash_with_policy": fit.total.flash,

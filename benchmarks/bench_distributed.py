@@ -58,9 +58,9 @@ SIZES = (16, 4_482, 100_000, 1_000_000)  # floats per collective (4482: the poli
 # a network between machines, for the prediction: TCP over 10 Gb Ethernet
 NET_LATENCY, NET_BANDWIDTH = 50e-6, 1.1e9
 # (name, start states with 1 process, with 2): the default batch split in two
-# (strong scaling), the default batch on each process (weak), a 4x batch split
+# (strong scaling), the default and a 4x batch on each process (weak), a 4x batch split
 CASES = (("32 starts split", 32, 32), ("32 starts per process", 32, 64),
-         ("128 starts split", 128, 128))
+         ("128 starts split", 128, 128), ("128 starts per process", 128, 256))
 # the 2-process competitors: (name, GRPO_CTRL_DIST_SPIN_MS; None: the default)
 WAITS = (("polling", None), ("sleeping", "0"))
 
@@ -181,12 +181,12 @@ def predict(n: int, branches: int, a: float, b: float, latency: float, bandwidth
             + small_reduces * gathered_sum(n, 256, latency, bandwidth))
 
 
-def compare_throughput(report: dict, iterations: int, rounds: int) -> None:
+def compare_throughput(report: dict, iterations: int, rounds: int, cases=CASES) -> None:
     report["throughput"] = {}
     print(f"1. throughput, pendulum, 8 branches x 64 steps per start state, overlap off, "
           f"{iterations} iterations per run, {report['cores']} cores; 2 processes polling "
           f"(the trainer's default) and sleeping in each collective")
-    for name, one_starts, two_starts in CASES:
+    for name, one_starts, two_starts in cases:
         pairs = []
         for r in range(rounds):
             load = os.getloadavg()[0]
@@ -279,13 +279,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="alternating 1- and 2-process runs")
     ap.add_argument("--quick", action="store_true", help="15 iterations, 2 rounds, fewer repeats")
     ap.add_argument("--only", choices=("throughput", "model"), help="run one part")
+    ap.add_argument("--case", action="append", choices=[c[0] for c in CASES],
+                    help="throughput only for this batch case (repeatable; default: all)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     iterations, rounds, repeats = (15, 2, 20) if args.quick else (args.iterations, args.rounds, 100)
     torch.set_num_threads(1)
     report = {"load_before": os.getloadavg(), "cores": len(os.sched_getaffinity(0))}
     if args.only != "model":
-        compare_throughput(report, iterations, rounds)
+        compare_throughput(report, iterations, rounds,
+                           [c for c in CASES if not args.case or c[0] in args.case])
     if args.only != "throughput":
         cost_model(report, iterations, repeats)
     if args.json:

@@ -91,3 +91,29 @@ def check_c(src, model, obs: np.ndarray) -> float:
         got = CPolicy(lib, obs.shape[1], src.name).batch(obs)
     err = float(np.max(np.abs(got.astype(np.float64) - want)))
     return err if np.isfinite(err) else float("inf")
+
+
+def quantized_c(model, name: str = "policy", pack: bool = False, block: int = 1):
+    """``generate_c(quantize="q15")`` calibrated on the plant's operating
+    observations (the model's metadata names the plant), its error against
+    onnxruntime measured on the host on other observations of that range
+    and written into the header; ``UserError`` beyond ``q15.TOLERANCE`` of
+    u_max. Without a host compiler the header says it was not measured."""
+    from grpo_ctrl.export import metadata, q15
+    from grpo_ctrl.export.c_codegen import generate_c
+    from grpo_ctrl.export.verify import operating_observations
+
+    meta = metadata.parse(metadata.raw(model))
+    if "system" not in meta or "preset" not in meta:
+        raise UserError("--quantize q15 calibrates on the plant's operating range; this ONNX "
+                        "file does not name its plant (export it with grpo-ctrl export)")
+    calibration = operating_observations(meta["system"], meta["preset"], seed=0)
+    src = generate_c(model, name, pack=pack, block=block, quantize="q15",
+                     calibration=calibration)
+    err, obs = None, operating_observations(meta["system"], meta["preset"], seed=1)
+    if host_cc() is not None:
+        err = check_c(src, model, obs)
+        q15.check_error(err, meta.get("u_max"))
+    src.error = q15.summary(err, meta.get("u_max"), len(obs))
+    src.h = q15.stamp(src.h, src.error)
+    return src

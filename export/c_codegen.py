@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from grpo_ctrl.export import metadata
+from grpo_ctrl.export import metadata, q15
 from grpo_ctrl.files import atomic_write, check_folder
 from grpo_ctrl.errors import UserError
 
@@ -108,15 +108,19 @@ class SizeReport:
     and the target (an estimate was off by 2-9x), so it is measured where a
     toolchain is at hand: ``c_build.cross_size`` and ``grpo-ctrl firmware``."""
     const_bytes: int     # weights and index tables (flash)
-    ram_bytes: int       # scratch array: the largest set of live intermediates
+    ram_bytes: int       # scratch on the stack: the largest set of live intermediates (and q15 inputs)
     libm: list[str]
     macs: int = 0        # multiply-adds of the matrix products per step
     packed_macs: int = 0  # of those, the ones whose weight is read packed (3.5 B)
+    q15_macs: int = 0    # of those, the ones computed in q15 (generate_c's quantize)
+    q15_io: int = 0      # inputs quantised plus outputs converted back, of the q15 products
 
     def summary(self) -> str:
+        q = (f"; q15: {self.q15_macs} of the {self.macs} multiply-adds in 16-bit integers"
+             if self.q15_macs else "")
         return (f"{self.const_bytes} B constants (flash), RAM {self.ram_bytes} B scratch "
                 f"on the stack; code size depends on the target (measured by grpo-ctrl "
-                f"firmware); libm: {', '.join(self.libm) or 'none'}")
+                f"firmware); libm: {', '.join(self.libm) or 'none'}{q}")
 
 
 @dataclass
@@ -125,6 +129,7 @@ class CSource:
     c: str
     h: str
     size: SizeReport
+    error: str = ""  # q15: the measured error against onnxruntime (c_build.quantized_c)
 
 
 def _float_literal(v) -> str:
@@ -179,6 +184,7 @@ class _Emitter:
     consts: list = field(default_factory=list)   # C definitions of constant arrays
     const_bytes: int = 0
     const_names: dict = field(default_factory=dict)
+    name: str = "policy"  # the C name: prefix of the helper functions
     rom: str = "ROM"  # prefix of the flash qualifier and read macros (<NAME>_ROM, _ROM_F, _ROM_U16)
     pack: bool = False  # store large constant arrays packed (_packed): 3.5 B a float
     block: int = 1  # outputs of a matrix product computed per pass over its input
@@ -187,6 +193,10 @@ class _Emitter:
     then: dict = field(default_factory=dict)  # product's output -> the unary op it stores through
     macs: int = 0  # multiply-adds of the matrix products (SizeReport)
     packed_macs: int = 0
+    q15: dict = field(default_factory=dict)  # product's output -> calibrated max of its input
+    q15_macs: int = 0
+    q15_io: int = 0
+    q15_scratch: int = 0  # bytes of the largest q15 product's quantised input (on the stack)
 
     def const_at(self, name: str, arr: np.ndarray, idx: str) -> str:
         """C expression of element ``idx`` of constant ``name`` (a flash read on AVR)."""
@@ -220,6 +230,16 @@ class _Emitter:
                 self.consts.append("\n".join(defs))
             self.const_names[name] = cname
         return self.const_names[name]
+
+    def word_table(self, what: str, words: np.ndarray) -> str:
+        """C name of a ``static const uint32_t`` table (a q15 product's words)."""
+        cname = f"k{len(self.const_names)}"
+        self.const_names[(what, cname)] = cname
+        self.const_bytes += 4 * words.size
+        body = ", ".join(f"{int(v)}u" for v in words)
+        self.consts.append(f"/* {what} */\nstatic const uint32_t {cname}[{words.size}] "
+                           f"{self.rom} = {{{_wrap(body)}}};")
+        return cname
 
     def index_table(self, what: str, indices: np.ndarray) -> str:
         """C name of a ``static const unsigned short`` table of element numbers."""
@@ -315,8 +335,12 @@ def check_c_name(name: str) -> str:
     return name
 
 
+QUANTIZE = ("q15",)  # generate_c's quantize choices
+
+
 def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
-               block: int = 1) -> CSource:
+               block: int = 1, quantize: str | None = None,
+               calibration: np.ndarray | None = None) -> CSource:
     """C99 source and header computing ``model`` for one observation.
     ``pack``: large weight arrays stored losslessly in 3.5 bytes a float
     (``_packed``) rather than 4, for a chip short of flash (the Uno); every
@@ -327,16 +351,25 @@ def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
     16), more spills where every float operation is a call (AVR: 1). Its
     weights are then read in storage order through a pointer, and its input
     up to four at a time (``_mac_macro``: VLDMs, the multiplies, the adds in
-    one asm statement on an Arm FPU; plain C elsewhere)."""
+    one asm statement on an Arm FPU; plain C elsewhere).
+    ``quantize="q15"``: the hidden layers whose input is a Relu's output
+    (in an MLP, all but the first and the output layer) in 16-bit fixed
+    point (``q15``: SMLALD on a Cortex-M4, the same integers in plain C
+    elsewhere), their input scales from the largest values over
+    ``calibration`` (observations (N, nobs)); no longer the float graph
+    exactly: ``c_build.quantized_c`` measures by how much."""
     check_c_name(name)
+    if quantize is not None and quantize not in QUANTIZE:
+        raise UserError(f"unknown quantization {quantize!r}; choose {', '.join(QUANTIZE)}")
     in_name, out_name, nobs = _io_sizes(model)
     g = model.graph
     opsets = list(model.opset_import)
     consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     tensors: dict[str, _Tensor] = {in_name: _Tensor((1, nobs), np.float32, _OBS)}
-    em = _Emitter(opsets, rom=f"{name.upper()}_ROM", pack=pack, block=block)
+    em = _Emitter(opsets, name=name, rom=f"{name.upper()}_ROM", pack=pack, block=block)
     steps = []  # the nodes that compute at run time, in order
     uses = Counter(i for n in g.node for i in n.input if i)
+    relu_outputs = set()  # never negative: the inputs a q15 product takes
     for node in _toposort(g, set(consts) | {in_name}):
         if node.domain not in ("", "ai.onnx"):
             raise UserError(f"op {node.domain}::{node.op_type} is not in the standard ONNX domain; "
@@ -377,6 +410,8 @@ def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
                 tensors[o] = _Tensor(tuple(v.shape), v.dtype.type, o)
         if node.op_type in _ALIASES:
             tensors[node.output[0]].root = tensors[node.input[0]].root
+        if node.op_type == "Relu":
+            relu_outputs.add(node.output[0])
         if (node.op_type == "Relu" and steps and steps[-1].op_type in ("Gemm", "MatMul") and
                 steps[-1].output[0] == node.input[0] and uses[node.input[0]] == 1 and
                 node.input[0] != out_name):
@@ -389,6 +424,15 @@ def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
     if out_name in consts:
         raise UserError("the graph's output does not depend on the observation; that is not a "
                         "controller")
+    if quantize == "q15":
+        layers = [n for n in steps if _q15_applies(n, tensors, consts, relu_outputs)]
+        if not layers:
+            raise UserError("--quantize q15 applies to hidden layers whose input is a Relu's "
+                            "output (Gemm/MatMul, one row, constant weights); this graph has none")
+        if calibration is None:
+            raise UserError("q15 needs calibration observations for its input scales")
+        amax = q15.calibrate(model, [n.input[0] for n in layers], calibration)
+        em.q15 = {n.output[0]: amax[n.input[0]] for n in layers}
     ram = _allocate(steps, tensors, out_name)
     for node in steps:
         if node.op_type not in _ALIASES:
@@ -396,7 +440,8 @@ def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
     out = tensors[out_name]
     body = "\n".join(em.lines)
     libm = sorted(set(_LIBM_CALL.findall(body)))
-    size = SizeReport(em.const_bytes, 4 * ram, libm, em.macs, em.packed_macs)
+    size = SizeReport(em.const_bytes, 4 * ram + em.q15_scratch, libm, em.macs, em.packed_macs, em.q15_macs,
+                      em.q15_io)
     meta = metadata.raw(model)
     return CSource(name, _c_file(name, em, body, ram, out, nobs, size, meta),
                    _h_file(name, nobs, size, meta), size)
@@ -585,6 +630,9 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
     (ar, ac), (br, bc) = shapes
     M, K = (ac, ar) if ta else (ar, ac)
     N = br if tb else bc
+    if node.output[0] in em.q15:
+        _emit_q15(node, attrs, tensors, consts, em, out, K, N)
+        return
     m = "m" if M > 1 else "0"
     j = "j" if N > 1 else "0"
 
@@ -681,6 +729,84 @@ def _emit_matmul(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> No
     if M > 1:
         lines = [f"for (int m = 0; m < {M}; ++m) {{"] + ["  " + x for x in lines] + ["}"]
     em.lines.extend("  " + x for x in lines)
+
+
+def _q15_applies(node, tensors, consts, relu_outputs) -> bool:
+    """Whether generate_c's q15 takes this product: a Gemm/MatMul of one
+    run-time row that a Relu made non-negative by constant 2-D weights, with
+    an even number of outputs (a hidden layer, not the command: the kernel
+    computes two a pass), alpha 1 and a constant bias (or none)."""
+    if node.op_type not in ("Gemm", "MatMul") or node.input[0] not in relu_outputs:
+        return False
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    a, b = tensors.get(node.input[0]), consts.get(node.input[1])
+    if a is None or b is None or np.ndim(b) != 2 or len(a.shape) != 2 or a.shape[0] != 1:
+        return False
+    n = np.shape(b)[0] if attrs.get("transB", 0) else np.shape(b)[1]
+    c = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    return (n % 2 == 0 and not attrs.get("transA", 0) and float(attrs.get("alpha", 1.0)) == 1.0 and
+            (c is None or (c in consts and np.size(consts[c]) in (1, n))))
+
+
+def _emit_q15(node, attrs, tensors, consts, em: _Emitter, out: _Tensor, K: int, N: int) -> None:
+    """out (1, N) = A W + b in q15 (``q15``): A's K inputs quantised into
+    pairs, then per two outputs one pass over the pairs, four inputs a step
+    into each output's 64-bit sum (``<ROM>_Q15_MAC4X2``), and
+    each sum back to float as it is stored (through the Relu that follows,
+    where generate_c fused it)."""
+    w = np.asarray(consts[node.input[1]], np.float32)
+    w_nk = w if attrs.get("transB", 0) else w.T
+    bias = None
+    if len(node.input) > 2 and node.input[2]:
+        bias = np.broadcast_to(np.asarray(consts[node.input[2]], np.float64).reshape(-1), (N,)) * \
+            float(attrs.get("beta", 1.0))
+    layer = q15.quantize_layer(w_nk, bias, em.q15[node.output[0]])
+    pairs = layer.wq.shape[1] // 2  # input words, K rounded up to a multiple of 4, halved
+    what = f"{node.op_type} {node.name}"
+    words = em.word_table(f"{what}: weights, q15 at 2^{layer.sw}, two to a word",
+                          q15.packed_weights(layer))
+    init = np.array(layer.init, np.uint64)
+    lo = em.word_table(f"{what}: each sum's start (bias, zero point, offset), low words",
+                       init & np.uint64(0xFFFFFFFF))
+    hi = em.word_table(f"{what}: ... high words", init >> np.uint64(32))
+    em.macs += N * K
+    em.q15_macs += N * K
+    em.q15_io += N + K
+    em.q15_scratch = max(em.q15_scratch, 4 * pairs)
+    rom, then = em.rom, em.then.get(node.output[0])
+    a = tensors[node.input[0]]
+    s = _float_literal(2.0 ** layer.sa)
+    qin = f"{em.name}_q15_input"
+    lines = [f"/* q15: inputs at 2^{layer.sa} (calibrated max {em.q15[node.output[0]]:.4g}), "
+             f"weights at 2^{layer.sw}, sums within +-{layer.bound} */",
+             f"uint32_t aq[{pairs}];",
+             f"for (int k = 0; k < {K // 2}; ++k) aq[k] = {qin}({_at(a, '2 * k')} * {s}) | "
+             f"{qin}({_at(a, '2 * k + 1')} * {s}) << 16;"]
+    if K % 2:
+        lines.append(f"aq[{K // 2}] = {qin}({_at(a, str(K - 1))} * {s});")
+    if pairs > (K + 1) // 2:
+        lines.append(f"aq[{pairs - 1}] = 0;")
+    j = "j" if N > 2 else "0"
+    at_j = ["j", "j + 1"] if j == "j" else ["0", "1"]
+    start = [f"c{r} = (int64_t)((uint64_t){rom}_U32({hi}, {at_j[r]}) << 32 | "
+             f"{rom}_U32({lo}, {at_j[r]}))" for r in range(2)]
+    body = ["const uint32_t *ap = aq;", f"int64_t {', '.join(start)};",
+            f"for (int k = 0; k < {pairs // 2}; ++k) {rom}_Q15_MAC4X2(ap, wp, c0, c1);"]
+    scale = _float_literal(layer.out_scale)
+    for r in range(2):
+        value = f"{rom}_Q15_OUT(c{r}, {layer.shift}, {layer.base}u) * {scale}"
+        dst = _at(out, at_j[r])
+        if then:
+            body += [f"{{ const float acc = {value}; {dst} = {_UNARY[then].format(x='acc')}; }}"]
+        else:
+            body += [f"{dst} = {value};"]
+    blk = 2
+    if N > blk:
+        body = [f"for (int j = 0; j < {N}; j += {blk}) {{"] + ["  " + x for x in body] + ["}"]
+    lines += [f"const uint32_t *wp = {words};"] + body
+    if then:
+        em.lines.append(f"  /* and the {then} that follows, as each output is stored */")
+    em.lines.extend(["  {"] + ["    " + x for x in lines] + ["  }"])
 
 
 def _emit_reduce(node, attrs, tensors, consts, em: _Emitter, out: _Tensor) -> None:
@@ -821,6 +947,7 @@ static float {name}_unpack(const unsigned char *low, const unsigned char *top,
 }}
 #define {rom}_PACKED(a, i) {name}_unpack(a##_low, a##_top, a##_tab, (unsigned int)(i))
 """
+    fixed = q15.runtime(name, rom) if em.q15 else ""
     loads = "".join(_mac_macro(rom, u, blk) for u, blk in sorted(em.loads))
     if em.loads:  # a blocked product's sums, where the kernel wants them (_mac_macro)
         loads = f"""#if defined(__GNUC__) && defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 4)
@@ -833,7 +960,7 @@ static float {name}_unpack(const unsigned char *low, const unsigned char *top,
  * {size.summary()}
  */
 #include <math.h>
-
+{"#include <stdint.h>" + chr(10) if em.q15 else ""}
 #include "{name}.h"
 
 #if defined(__AVR__)
@@ -843,13 +970,15 @@ static float {name}_unpack(const unsigned char *low, const unsigned char *top,
 #define {rom}_F(a, i) pgm_read_float(&(a)[i])
 #define {rom}_U16(a, i) pgm_read_word(&(a)[i])
 #define {rom}_U8(a, i) pgm_read_byte(&(a)[i])
+#define {rom}_U32(a, i) pgm_read_dword(&(a)[i])
 {gaps}#else
 #define {rom}
 #define {rom}_F(a, i) ((a)[i])
 #define {rom}_U16(a, i) ((a)[i])
 #define {rom}_U8(a, i) ((a)[i])
+#define {rom}_U32(a, i) ((a)[i])
 #endif
-{loads}{unpack}
+{loads}{unpack}{fixed}
 {consts}
 
 int {name}_step(const float *obs, float *action) {{

@@ -12,7 +12,8 @@ import pickle
 import zipfile
 from pathlib import Path
 
-from grpo_ctrl.export.c_codegen import check_c_name, generate_c, write_c_source
+from grpo_ctrl.export import q15
+from grpo_ctrl.export.c_codegen import QUANTIZE, check_c_name, generate_c, write_c_source
 from grpo_ctrl.files import atomic_write, check_folder, check_writable
 from grpo_ctrl.export.onnx_export import export_onnx, source_of
 from grpo_ctrl.export.verify import TOLERANCE, operating_observations
@@ -64,6 +65,10 @@ def add_arguments(p) -> None:
     p.add_argument("--c", metavar="OUTDIR", help="write NAME.c and NAME.h into this folder")
     p.add_argument("--c-name", default="policy",
                    help="C file and function prefix: NAME_step() (default: policy)")
+    p.add_argument("--quantize", choices=QUANTIZE,
+                   help="q15: the hidden layers fed by a Relu in 16-bit fixed point (SMLALD on "
+                        "a Cortex-M4; calibrated on the plant's operating range; refused beyond "
+                        f"{q15.TOLERANCE:g} of u_max from onnxruntime). Default: float, as ONNX")
 
 
 def run(args) -> int:
@@ -73,6 +78,8 @@ def run(args) -> int:
         check_writable(args.onnx)
     if args.c is not None:
         check_folder(args.c)
+    elif args.quantize:
+        raise UserError("--quantize applies to the C (--c OUTDIR); the ONNX graph stays float")
     check_c_name(args.c_name)
     controller, name = controller_from_args(args)
     source, sha = source_of(controller, name)
@@ -82,10 +89,12 @@ def run(args) -> int:
     print(f"ONNX vs torch: {result.summary()}")
     c_src = None
     if args.c is not None:
-        from grpo_ctrl.export.c_build import check_c, host_cc
+        from grpo_ctrl.export.c_build import check_c, host_cc, quantized_c
 
-        c_src = generate_c(model, args.c_name)
-        if host_cc():
+        c_src = quantized_c(model, args.c_name) if args.quantize else generate_c(model, args.c_name)
+        if args.quantize:
+            print(f"C (q15) vs onnxruntime: {c_src.error}")
+        elif host_cc():
             obs = operating_observations(spec.system, spec.preset)
             err = check_c(c_src, model, obs)
             if not err <= TOLERANCE:

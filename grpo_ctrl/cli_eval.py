@@ -51,6 +51,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                  "first run's folder, else robustness-SYSTEM-PRESET)")
 
 
+def column_names(runs: list[str]) -> list[str]:
+    """A short, distinct name per run: the folder's or file's name, with its
+    parent folder where two would read alike (runs/a/latest.pt, runs/b/latest.pt)."""
+    short = [Path(run).name or run for run in runs]
+    return [f"{Path(run).parent.name}/{name}" if short.count(name) > 1 else name
+            for run, name in zip(runs, short)]
+
+
 def resolve_controllers(args) -> dict:
     """{name: controller} of the RUNs and the baseline named."""
     if len(args.run) > 1 and not args.robustness:
@@ -60,7 +68,7 @@ def resolve_controllers(args) -> dict:
     if not args.run and not args.controller:
         raise UserError("name a RUN folder or checkpoint, or a baseline with --controller "
                         "lqr|swingup-lqr --system S")
-    controllers = {Path(run).name or run: load_controller(run) for run in args.run}
+    controllers = {name: load_controller(run) for name, run in zip(column_names(args.run), args.run)}
     if args.controller:
         first = next(iter(controllers.values()), None)
         system = args.system or (first.spec.system if first else None)

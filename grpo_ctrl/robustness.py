@@ -11,7 +11,12 @@ upright and still at the end) over its grid points:
 * motor response: a first-order motor of time constant 0 ... 80 ms;
 * pushes: torque pulses of 50 ms, one a second on average, of growing size.
 
-The robustness score is the mean of the six. The "realistic" row draws
+The robustness score is the mean of the six, with its standard error from
+the episodes (each point's share is a mean of 0/1 outcomes). Every
+controller meets the same episodes (same plants, pushes and noise, drawn
+from the seeds), so two controllers are compared paired: the score's
+difference and its standard error from the per-episode differences
+(``paired_difference``). The "realistic" row draws
 every episode a plant with all of it at once, at the level a real rig
 shows (``REALISTIC``). Episodes start from seeds far from any training seed.
 The grids of the plant categories run as one batch: every environment holds
@@ -55,6 +60,7 @@ class Point:
     mean_return: float
     du_mean: float
     du_sign_changes: float
+    outcomes: list  # 0/1 success of each episode, in episode order (for the paired s.e.)
 
 
 def _grid_points(system: str, preset: str, spec) -> list[tuple[str, str, float, dict]]:
@@ -82,6 +88,37 @@ def _score(eps: Episodes, sl=slice(None)) -> tuple[float, float, float, float]:
             float(eps.du_mean[sl].mean()), float(eps.du_sign_changes[sl].mean()))
 
 
+def _point(category: str, label: str, value: float, eps: Episodes, sl=slice(None)) -> Point:
+    return Point(category, label, value, *_score(eps, sl),
+                 [int(s) for s in np.asarray(eps.success[sl], dtype=bool)])
+
+
+def _score_stderr(points: list[Point], outcomes) -> float:
+    """Standard error of the robustness score (the mean over categories of the
+    mean over each category's points of the points' success shares), given
+    each point's per-episode outcomes (or their paired differences):
+    the points are independent episodes, so the variances add with the
+    squares of the weights 1 / (categories x points in the category)."""
+    var = 0.0
+    for c in CATEGORIES:
+        mine = [o for p, o in zip(points, outcomes) if p.category == c]
+        for o in mine:
+            o = np.asarray(o, dtype=float)
+            if len(o) > 1:
+                var += (o.var(ddof=1) / len(o)) / (len(CATEGORIES) * len(mine)) ** 2
+    return math.sqrt(var)
+
+
+def paired_difference(a: dict, b: dict) -> tuple[float, float]:
+    """Robustness score of ``a`` minus ``b`` (results of ``benchmark`` on the
+    same episodes) and its standard error from the per-episode differences."""
+    if [(p.category, p.label, p.value, len(p.outcomes)) for p in a["points"]] != \
+            [(p.category, p.label, p.value, len(p.outcomes)) for p in b["points"]]:
+        raise ValueError("the two results were not run on the same grid and episodes")
+    diffs = [np.subtract(p.outcomes, q.outcomes) for p, q in zip(a["points"], b["points"])]
+    return a["score"] - b["score"], _score_stderr(a["points"], diffs)
+
+
 def benchmark(controller, episodes: int = 20, realistic_episodes: int = 200) -> dict:
     """Every grid point of every category, ``episodes`` each, and the
     realistic row over ``realistic_episodes``. Returns {"points": [Point],
@@ -101,21 +138,20 @@ def benchmark(controller, episodes: int = 20, realistic_episodes: int = 200) -> 
         sim.set_plant(values, np.arange(i * episodes, (i + 1) * episodes))
     eps = run_episodes(controller, sim)
     for i, (category, label, value, _) in enumerate(grid):
-        out.append(Point(category, label, value, *_score(eps, slice(i * episodes,
-                                                                   (i + 1) * episodes))))
+        out.append(_point(category, label, value, eps, slice(i * episodes, (i + 1) * episodes)))
     # the model-level categories: a simulator per grid point
     for level in VELOCITY_NOISE:
         noise = np.zeros(nx)
         noise[velocity] = level
         eps = run_episodes(controller, BatchSim(system, episodes, preset=preset, seed=SEED,
                                                 noise_std=noise))
-        out.append(Point("velocity noise", "velocity noise std", level, *_score(eps)))
+        out.append(_point("velocity noise", "velocity noise std", level, eps))
     for level in PUSH:
         r = Randomization(push_rate=PUSH_RATE if level > 0 else 0.0, push=(level, level),
                           push_steps=max(1, round(PUSH_S / spec.dt)))
         eps = run_episodes(controller, BatchSim(system, episodes, preset=preset, seed=SEED,
                                                 randomize=r))
-        out.append(Point("pushes", "push (x u_max)", level, *_score(eps)))
+        out.append(_point("pushes", "push (x u_max)", level, eps))
     categories = {c: float(np.mean([p.success for p in out if p.category == c]))
                   for c in CATEGORIES}
     real = run_episodes(controller, BatchSim(system, realistic_episodes, preset=preset,
@@ -124,6 +160,7 @@ def benchmark(controller, episodes: int = 20, realistic_episodes: int = 200) -> 
                                                 seed=SEED + 1))
     return {"points": out, "categories": categories,
             "score": float(np.mean(list(categories.values()))),
+            "score_stderr": _score_stderr(out, [p.outcomes for p in out]),
             "realistic": dict(zip(("success", "mean_return", "du_mean", "du_sign_changes"),
                                   _score(real)), episodes=realistic_episodes,
                               stderr=float(real.success.std() / math.sqrt(realistic_episodes))),
@@ -141,7 +178,8 @@ def realistic(spec) -> Randomization:
 
 
 def table(results: dict[str, dict]) -> str:
-    """A markdown table: one column per controller."""
+    """A markdown table: one column per controller; with several, each
+    robustness score's paired difference from the last column's."""
     names = list(results)
     head = "| | " + " | ".join(names) + " |\n|---|" + "---|" * len(names) + "\n"
     rows = []
@@ -151,7 +189,14 @@ def table(results: dict[str, dict]) -> str:
 
     for c in CATEGORIES:
         row(c, [f"{100 * r['categories'][c]:.1f}%" for r in results.values()])
-    row("**robustness score**", [f"**{100 * r['score']:.1f}%**" for r in results.values()])
+    row("**robustness score**", [f"**{100 * r['score']:.1f}%** +- {100 * r['score_stderr']:.1f}"
+                                 for r in results.values()])
+    if len(names) > 1:  # paired, on the same episodes, against the last column
+        last = results[names[-1]]
+        row(f"score minus {names[-1]}'s, paired", [
+            "" if name == names[-1] else "{:+.1f} +- {:.1f}".format(
+                *(100 * x for x in paired_difference(r, last)))
+            for name, r in results.items()])
     row("realistic row", [f"{100 * r['realistic']['success']:.1f}% +- "
                           f"{100 * r['realistic']['stderr']:.1f}" for r in results.values()])
     row("nominal success", [f"{100 * r['nominal']['success']:.1f}%" for r in results.values()])

@@ -148,6 +148,13 @@ def test_uno_on_device_tick_estimate_follows_simavr():
         est = boards.uno_tick_estimate(src.size.macs, src.size.packed_macs)
         assert abs(est / measured[h] - 1) < 0.1, (h, est, measured[h])
     assert measured[2] <= budget < measured[3]
+    # with the hidden layer in q15 (its plain-C integers on AVR)
+    src = generate_c(boards.widened(onnx.load(RIG), 8), pack=True, quantize="q15",
+                     calibration=operating_observations("pendulum", "rig", 1000))
+    est = boards.uno_tick_estimate(src.size.macs, src.size.packed_macs, src.size.q15_macs,
+                                   src.size.q15_io)
+    q15 = boards.target_check(UNO, src, obs)["ondevice"]
+    assert src.size.q15_macs == 64 and abs(est / q15 - 1) < 0.1, (est, q15)
 
 
 def test_the_default_3_64_64_1_policy_fits_the_uno():
@@ -228,6 +235,41 @@ def test_default_policy_on_the_emulated_mcu_matches_onnxruntime(board):
     assert 0 < r["tick"] < r["policy"]
 
 
+@pytest.mark.parametrize("board", [UNO, MPS2], ids=lambda b: b.name)
+def test_q15_policy_on_the_emulated_mcu(board):
+    """The rig policy with its 64 x 64 layer in q15 (--quantize q15), built
+    for the chip and run on simavr / QEMU: within 1e-3 of u_max of
+    onnxruntime. On the Cortex-M4 the SMLALD kernel gives the host's plain
+    C integers bit for bit, and its cycle estimate (the M4 TRM on QEMU's
+    trace) is below the float products' floor of 3 cycles a multiply-add
+    and puts the on-device tick under 10 % of 1 ms at 168 MHz."""
+    from grpo_ctrl.export.c_build import CPolicy, compile_shared, host_cc
+
+    need(boards.emulator_missing(board))
+    model = onnx.load(RIG)
+    obs = operating_observations("pendulum", "rig", 48, seed=6)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = session.run(None, {session.get_inputs()[0].name: obs})[0].reshape(-1)
+    src = boards.controller_c(board, model, "q15")
+    r = boards.target_check(board, src, obs, cycles=board is MPS2)
+    assert np.ptp(want) > 0.1 and r["mode"] == 1
+    assert np.max(np.abs(r["out"] - want)) <= 1e-3 * 0.15
+    if board is UNO:
+        return
+    assert "smlald" in src.c
+    if host_cc() is not None:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "policy.h").write_text(src.h)
+            (Path(tmp) / "policy.c").write_text(src.c)
+            host = CPolicy(compile_shared(Path(tmp) / "policy.c", Path(tmp) / "p.so"), 3)
+            assert np.array_equal(host.batch(obs).view(np.uint32), r["out"].view(np.uint32))
+    est = r["cycles"]
+    assert est["policy"]["cycles"] < 3 * src.size.macs
+    assert est["ondevice"]["cycles"] < 0.10 * 168e6 / 1000
+
+
 def test_cortex_m4_block_loads_give_the_plain_c_floats():
     """On the Cortex-M4F the controller's products run sixteen outputs a pass,
     four inputs and eight weights to a VLDM, in inline assembly
@@ -287,15 +329,16 @@ PIL_WATCHDOG = "-DPIL_WATCHDOG_US=200000u"
 
 
 @contextlib.contextmanager
-def pil(tmp_path: Path, *defines: str, policy: bool = False):
+def pil(tmp_path: Path, *defines: str, policy: bool = False, quantize: str | None = None):
     """The PIL image (with the rig policy linked in as the on-device
-    controller when ``policy``) built and running in QEMU, its UART0 on a
+    controller when ``policy``, its hidden layer in ``quantize``) built
+    and running in QEMU, its UART0 on a
     pseudo-terminal: yields /dev/pts/N. QEMU runs at a real-time priority
     where the system grants one (as the HIL and the host loop ask for
     theirs): on a busy machine its threads otherwise wait tens of ms for a CPU."""
     need(boards.emulator_missing(MPS2))
     project = boards.stage(MPS2, tmp_path / "pil",
-                           boards.controller_c(MPS2, onnx.load(RIG)) if policy else None)
+                           boards.controller_c(MPS2, onnx.load(RIG), quantize) if policy else None)
     elf = boards.build_image(MPS2, project, tmp_path / "build", defines=(PIL_WATCHDOG, *defines))
     rt = ["chrt", "-f", "5"] if subprocess.run(["chrt", "-f", "5", "true"],
                                                capture_output=True).returncode == 0 else []
@@ -346,13 +389,15 @@ def test_pil_grpo_ctrl_run_on_device_balances_the_rig_for_10_s(tmp_path):
     assert armed.sum() > 1900 and np.all(flags[armed] & FLAG_ON_DEVICE)
 
 
-def test_pil_grpo_ctrl_run_on_device_at_1_khz_balances_the_rig_for_10_s(tmp_path):
-    """The same at 1 kHz. run_loop sends a keep-alive per watchdog_us / 4
-    (50 ms with the tests' 200 ms watchdog), not one per STATE: 1000
+@pytest.mark.parametrize("quantize", [None, "q15"], ids=["float", "q15"])
+def test_pil_grpo_ctrl_run_on_device_at_1_khz_balances_the_rig_for_10_s(tmp_path, quantize):
+    """The same at 1 kHz, with the policy as exported and with its hidden
+    layer in q15 (--quantize q15). run_loop sends a keep-alive per
+    watchdog_us / 4 (50 ms with the tests' 200 ms watchdog), not one per STATE: 1000
     COMMANDs a second (18 kB/s) overran QEMU's one-byte UART on this
     machine and the link was lost in about 3 s."""
     log = tmp_path / "on_device_1khz.csv"
-    with pil(tmp_path, "-DPIL_RATE_HZ=1000", policy=True) as port:
+    with pil(tmp_path, "-DPIL_RATE_HZ=1000", policy=True, quantize=quantize) as port:
         s = run_loop(port, None, 10.0, log, plot=False, print_fn=lambda *_: None,
                      on_device=True)
     assert s["ended"] == "completed" and s["disarm_acknowledged"], s

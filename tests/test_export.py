@@ -321,6 +321,11 @@ def test_trained_grpo_run_round_trip_and_provenance(trained_run, tmp_path, capsy
         c_u = CPolicy(lib, 3).batch(obs)
         assert np.max(np.abs(c_u - onnx_u)) <= TOLERANCE
     assert main(["verify", str(out), str(trained_run)]) == 0
+    # --quantize q15: its hidden layer in fixed point, the measured error in the header
+    assert main(["export", str(trained_run), "--c", str(tmp_path / "q"), "--quantize", "q15"]) == 0
+    if host_cc() is not None:
+        assert "C (q15) vs onnxruntime: max |C - onnxruntime| =" in capsys.readouterr().out
+        assert "q15 (hidden layers in 16-bit fixed point)" in (tmp_path / "q" / "policy.h").read_text()
 
 
 @pytest.mark.parametrize("system,preset", PLANTS)

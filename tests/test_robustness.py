@@ -92,3 +92,44 @@ def test_cli_writes_table_json_and_png(tmp_path, capsys):
 def test_cli_errors(argv, message, capsys):
     assert cli.main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_score_stderr_and_paired_difference_by_hand():
+    # two categories' worth of points is enough to check the weights: model has
+    # 2 points, pushes 1 (the other categories are empty here and weigh nothing)
+    P = robustness.Point
+    a = [P("model", "m", 0.5, 0.5, 0, 0, 0, [1, 0, 1, 0]), P("model", "m", 1.5, 1.0, 0, 0, 0,
+                                                          [1, 1, 1, 1]),
+         P("pushes", "push", 2.0, 0.25, 0, 0, 0, [0, 0, 0, 1])]
+    # by hand: var of a 0/1 sample with ddof 1 over n = 4, divided by n, times the
+    # weight squared: model points 1 / (6 * 2), the push point 1 / (6 * 1)
+    v_half, v_quarter = (4 / 3 * 0.25) / 4, (4 / 3 * 0.1875) / 4
+    expected = (v_half / 12 ** 2 + 0.0 + v_quarter / 6 ** 2) ** 0.5
+    assert robustness._score_stderr(a, [p.outcomes for p in a]) == pytest.approx(expected)
+    b = [P(p.category, p.label, p.value, 0, 0, 0, 0, list(p.outcomes)) for p in a]
+    b[2].outcomes = [0, 0, 0, 0]  # b fails the one push a survives
+    ra, rb = {"points": a, "score": 0.4}, {"points": b, "score": 0.35}
+    diff, se = robustness.paired_difference(ra, rb)
+    # per-episode differences: 0 everywhere but [0, 0, 0, 1] on the push point
+    assert diff == pytest.approx(0.05) and se == pytest.approx(v_quarter ** 0.5 / 6)
+    with pytest.raises(ValueError, match="same grid"):
+        robustness.paired_difference(ra, {"points": a[:2], "score": 0.0})
+
+
+def test_controllers_meet_the_same_episodes():
+    """Two runs of one controller give the same outcomes episode for episode
+    (the pairing the paired difference relies on), and the table prints it."""
+    lqr = make_controller("swingup-lqr", "pendulum", "gym")
+    r1 = robustness.benchmark(lqr, episodes=3, realistic_episodes=3)
+    r2 = robustness.benchmark(lqr, episodes=3, realistic_episodes=3)
+    assert [p.outcomes for p in r1["points"]] == [p.outcomes for p in r2["points"]]
+    assert robustness.paired_difference(r1, r2) == (0.0, 0.0)
+    assert 0.0 < r1["score_stderr"] < 0.2
+    text = robustness.table({"a": r1, "swingup-lqr": r2})
+    assert "score minus swingup-lqr's, paired | +0.0 +- 0.0 |" in text
+
+
+def test_runs_that_read_alike_get_their_folder_in_the_column_name():
+    from grpo_ctrl.cli_eval import column_names
+    assert column_names(["runs/a/latest.pt", "runs/b/latest.pt", "runs/c"]) == \
+        ["a/latest.pt", "b/latest.pt", "c"]
