@@ -62,7 +62,10 @@ NET_LATENCY, NET_BANDWIDTH = 50e-6, 1.1e9
 CASES = (("32 starts split", 32, 32), ("32 starts per process", 32, 64),
          ("128 starts split", 128, 128), ("128 starts per process", 128, 256))
 # the 2-process competitors: (name, GRPO_CTRL_DIST_SPIN_MS; None: the default)
-WAITS = (("polling", None), ("sleeping", "0"))
+# (name, environment for the workers): how a rank waits in a collective, and
+# whether each rank is pinned to its own CPU (GRPO_CTRL_DIST_PIN)
+WAITS = (("polling", {}), ("sleeping", {"GRPO_CTRL_DIST_SPIN_MS": "0"}),
+         ("polling, pinned", {"GRPO_CTRL_DIST_PIN": "1"}))
 
 
 def config(iterations: int, num_starts: int = 32):
@@ -86,28 +89,29 @@ def _timed_training(out_dir: str, cfg) -> None:
         json.dump(stamps, fh)
 
 
-def throughput(nproc: int, iterations: int, num_starts: int, spin_ms: str | None = None) -> dict:
+def throughput(nproc: int, iterations: int, num_starts: int, env: dict | None = None) -> dict:
     """Iterations/s and steps/s of one run with nproc processes, timed on
     rank 0 from the end of the first iteration (start-up excluded) to the
     end of the next-to-last (the last one includes an evaluation); the CPU
     seconds per iteration of the busiest rank, which load from other work
     changes little: one process's over it is the ratio the run would reach
     with a core per rank and free communication; rank 0's collectives per
-    iteration and its wall time in them. ``spin_ms``: GRPO_CTRL_DIST_SPIN_MS
-    for the workers (None: as set here, or the default)."""
+    iteration and its wall time in them. ``env``: variables set for the
+    workers (GRPO_CTRL_DIST_SPIN_MS, GRPO_CTRL_DIST_PIN), restored after."""
     cfg = config(iterations, num_starts)
-    saved = os.environ.get("GRPO_CTRL_DIST_SPIN_MS")
-    if spin_ms is not None:
-        os.environ["GRPO_CTRL_DIST_SPIN_MS"] = spin_ms  # the forked workers read it
+    env = env or {}
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)  # the forked workers read it
     try:
         with tempfile.TemporaryDirectory() as tmp:
             distributed.launch(nproc, _timed_training, (tmp, cfg))
             stamps = [json.load(open(os.path.join(tmp, f"{r}.json"))) for r in range(nproc)]
     finally:
-        if saved is None:
-            os.environ.pop("GRPO_CTRL_DIST_SPIN_MS", None)
-        else:
-            os.environ["GRPO_CTRL_DIST_SPIN_MS"] = saved
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     n = iterations - 2
     first, last = stamps[0][0], stamps[0][-2]
     its = n / (last[0] - first[0])
@@ -195,8 +199,8 @@ def compare_throughput(report: dict, iterations: int, rounds: int, cases=CASES) 
             line = (f"  {name}, round {r + 1} (load {load:.1f}): 1 process "
                     f"{one['sim_steps_per_s'] / 1e6:.2f} M steps/s, "
                     f"{one['iterations_per_s']:.1f} updates/s")
-            for wait, spin_ms in WAITS:
-                two = throughput(2, iterations, two_starts, spin_ms)
+            for wait, env in WAITS:
+                two = throughput(2, iterations, two_starts, env)
                 result[wait] = {**two, "ratio": two["sim_steps_per_s"] / one["sim_steps_per_s"],
                                 "cpu_ratio": (two_starts / two["cpu_s_per_iteration"])
                                 / (one_starts / one["cpu_s_per_iteration"])}

@@ -188,7 +188,28 @@ def test_bad_shares_and_settings_are_refused_before_any_work(tmp_path, monkeypat
     for spin in ("-1", "fast"):
         monkeypatch.setenv("GRPO_CTRL_DIST_SPIN_MS", spin)
         assert cli.main(["train", "--out", str(out), "--nproc", "2", *TINY_FLAGS]) == 2
+    monkeypatch.delenv("GRPO_CTRL_DIST_SPIN_MS")
+    monkeypatch.setenv("GRPO_CTRL_DIST_PIN", "yes")
+    assert cli.main(["train", "--out", str(out), "--nproc", "2", *TINY_FLAGS]) == 2
     assert not out.exists()
+
+
+def _affinity_worker(out_dir: str) -> None:
+    rank = Ranks.current().rank
+    threads = os.listdir("/proc/self/task")  # gloo's threads are started by now
+    cpus = {t: sorted(os.sched_getaffinity(int(t))) for t in threads}
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
+        json.dump(cpus, fh)
+
+
+def test_pinned_ranks_and_their_threads_each_keep_one_cpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_CTRL_DIST_PIN", "1")
+    distributed.launch(2, _affinity_worker, (str(tmp_path),))
+    cpus = sorted(os.sched_getaffinity(0))
+    for r in (0, 1):
+        seen = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert len(seen) > 1  # the rank's own thread and gloo's
+        assert all(c == [cpus[r % len(cpus)]] for c in seen.values())
 
 
 def _children(pid: int) -> list[int]:
