@@ -47,6 +47,7 @@ ACCEPTED = {
     ("train", "--overlap"): ({"zero"}, "0 is false"),
     ("train", "--w-du"): ({"zero"}, "0: no action-rate penalty"),
     ("train", "--w-smooth"): ({"zero"}, "0: no smoothness term"),
+    ("train", "--noise-corr"): ({"zero"}, "0: independent exploration noise"),
     ("eval", "--out"): (ANY, "any text names a folder"),
     ("hil", "--reveal"): (ANY, "any text names a file"),
     ("hil", "--mystery"): ({"zero"}, "seed 0"),
