@@ -6,9 +6,11 @@
    2 processes (``grpo_ctrl.distributed.launch``, gloo on loopback) as the
    trainer runs them (collectives polled for up to GRPO_CTRL_DIST_SPIN_MS,
    default 5 ms), and with 2 processes that sleep in every collective
-   (GRPO_CTRL_DIST_SPIN_MS=0), alternating ``--rounds`` times so that load
+   (GRPO_CTRL_DIST_SPIN_MS=0), and with 2 processes each bound to its own
+   CPU (GRPO_CTRL_DIST_PIN=1), alternating ``--rounds`` times so that load
    from other work hits all alike: the default batch of 32 start states
-   split across the processes, 32 per process, and 128 split. Reports
+   split across the processes, 32 and 128 per process, and 128 split
+   (``--case`` picks some). Reports
    simulator steps/s and updates (iterations)/s between the second and the
    last iteration, the 2-process over 1-process ratio of steps/s, the same
    ratio computed from the CPU seconds per iteration of the busiest rank
@@ -189,7 +191,8 @@ def compare_throughput(report: dict, iterations: int, rounds: int, cases=CASES) 
     report["throughput"] = {}
     print(f"1. throughput, pendulum, 8 branches x 64 steps per start state, overlap off, "
           f"{iterations} iterations per run, {report['cores']} cores; 2 processes polling "
-          f"(the trainer's default) and sleeping in each collective")
+          f"(the trainer's default), sleeping in each collective, and polling pinned to a CPU "
+          f"each")
     for name, one_starts, two_starts in cases:
         pairs = []
         for r in range(rounds):
