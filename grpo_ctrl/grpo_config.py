@@ -109,6 +109,9 @@ class GRPOConfig:
                               "every iteration)", low=0.0, high=1e12)
     eval_episodes: int = knob(100, "episodes per evaluation (fixed starts, mean action)", low=1,
                               high=10**6)
+    deploy: str = knob("best", "the policy best.pt holds, the one eval, export and run use: "
+                       "best (the best evaluation's) or final (the one training ends with, "
+                       "at the end of the learning-rate schedule)", choices=("best", "final"))
     threads: int = knob(1, "torch threads for the update (rollouts use one: small ops)", low=1,
                        high=1024)
     overlap: bool = field(default_factory=two_cores, metadata={

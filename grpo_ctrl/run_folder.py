@@ -5,8 +5,10 @@ every loader of a run reads, named in one place.
   the plant's ``system`` and ``preset`` included;
 * ``metrics.jsonl``: one line per iteration;
 * ``curve.png``: the training curve;
-* ``latest.pt`` and ``best.pt``: the last checkpoint and the one with the best
-  deterministic evaluation return so far.
+* ``latest.pt`` and ``best.pt``: the last checkpoint and the deployed one (what
+  eval, export and run load from a folder): the one with the best deterministic
+  evaluation return so far, or with ``deploy = "final"`` the policy training
+  ended with.
 """
 from __future__ import annotations
 

@@ -314,7 +314,7 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
                 if row["eval_return"] is not None:
                     extra = {"wall_time": wall, "best_return": max(best, last_eval),
                              "eval_return": last_eval}
-                    if last_eval > best:
+                    if last_eval > best and cfg.deploy == "best":
                         folder.checkpoint(trainer, BEST, extra)
                     folder.checkpoint(trainer, LATEST, extra)
             if last_eval is not None:
@@ -334,7 +334,8 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
             final_eval, _ = trainer.evaluate()
             extra = {"wall_time": wall, "best_return": max(best, final_eval),
                      "eval_return": final_eval}
-            if final_eval > best or not (out / checkpoint_file(BEST)).exists():
+            if (cfg.deploy == "final" or final_eval > best
+                    or not (out / checkpoint_file(BEST)).exists()):
                 folder.checkpoint(trainer, BEST, extra)
             best = max(best, final_eval)
             folder.checkpoint(trainer, LATEST, extra)

@@ -336,7 +336,7 @@ def test_every_hyperparameter_documents_itself():
     for f in fields(GRPOConfig):
         assert f.metadata.get("doc"), f.name
     assert set(CHOICES) == {"continuation", "reward_form", "adv_scale", "loss_agg",
-                            "trust_region", "activation", "smooth_terms"}
+                            "trust_region", "activation", "smooth_terms", "deploy"}
 
 
 def _group_alive(pgid: int) -> bool:
@@ -419,6 +419,30 @@ def test_randomize_table_then_flags_and_the_hardware_presets_draw_by_default(tmp
                                   "--out", str(tmp_path / "c")]))
     assert (r.params, r.delay) == (0.1, (2, 3))
     assert r.motor_k == default_randomization("pendulum", "rig").motor_k  # the rest: defaults
+
+
+@pytest.mark.parametrize("deploy", ["best", "final"])
+def test_best_pt_holds_the_best_evaluation_or_the_final_policy(tmp_path, deploy):
+    """deploy = best: best.pt is the checkpoint of the highest evaluation return
+    in the metrics; deploy = final: it is the last policy, weights and all."""
+    from grpo_ctrl.policy import read_checkpoint
+    from grpo_ctrl.run_folder import read_metrics
+    out = tmp_path / "run"
+    assert cli.main(["train", "--preset", "rig", "--out", str(out), "--iterations", "6",
+                     "--time-budget", "0", "--num-starts", "4", "--group-size", "2",
+                     "--eval-every", "0", "--eval-episodes", "2", "--lr", "0.05",
+                     "--overlap", "false", "--deploy", deploy, "--quiet"]) == 0
+    best, latest = read_checkpoint(out / "best.pt"), read_checkpoint(out / "latest.pt")
+    evals = [(row["eval_return"], row["iteration"]) for row in read_metrics(out / "metrics.jsonl")
+             if row["eval_return"] is not None]
+    assert len(evals) == 6 and latest["trainer"]["iteration"] == 6
+    if deploy == "final":
+        assert best["trainer"]["iteration"] == 6
+        assert all(torch.equal(best["net"][k], latest["net"][k]) for k in latest["net"])
+    else:
+        top = max(e for e, _ in evals)
+        assert best["eval_return"] == top >= latest["eval_return"]
+        assert best["trainer"]["iteration"] == min(i for e, i in evals if e == top)
 
 
 def test_run_folder_records_the_randomisation(tmp_path):
