@@ -178,7 +178,7 @@ def with_overrides(base: "Randomization", overrides: list[str]) -> "Randomizatio
 DEFAULTS = {
     ("pendulum", "rig"): Randomization(
         params=0.35, delay=(0, 3), motor_k=(0.4, 1.0), torque_noise=(0.0, 0.03),
-        offset=0.01, push_rate=0.2, push=(0.0, 0.5), push_steps=10,
+        offset=0.01, push_rate=2.0, push=(0.0, 2.0), push_steps=10,
         scale={"m": (0.5, 1.5), "l": (0.5, 1.5)}, absolute={"fc": (0.0, 0.012)},
         noise_std={"theta": 0.002, "theta_dot": 0.05}),
     ("furuta", "qube-servo2"): Randomization(
