@@ -2,22 +2,25 @@
 """Data-parallel GRPO: 1 and 2 processes side by side, and a cost model for N.
 
 1. Throughput. Trains the gym pendulum (8 branches x 64 steps per start
-   state, overlap off) for ``--iterations`` iterations with 1 process, with
-   2 processes (``grpo_ctrl.distributed.launch``, gloo on loopback) as the
-   trainer runs them (collectives polled for up to GRPO_CTRL_DIST_SPIN_MS,
-   default 5 ms), and with 2 processes that sleep in every collective
-   (GRPO_CTRL_DIST_SPIN_MS=0), and with 2 processes each bound to its own
-   CPU (GRPO_CTRL_DIST_PIN=1), alternating ``--rounds`` times so that load
-   from other work hits all alike: the default batch of 32 start states
-   split across the processes, 32 and 128 per process, and 128 split
-   (``--case`` picks some). Reports
-   simulator steps/s and updates (iterations)/s between the second and the
-   last iteration, the 2-process over 1-process ratio of steps/s, the same
-   ratio computed from the CPU seconds per iteration of the busiest rank
+   state, overlap off) for ``--iterations`` iterations with 1 process and
+   with 2 processes (``grpo_ctrl.distributed.launch``, gloo on loopback) in
+   three ways: each rank bound to its own CPU (GRPO_CTRL_DIST_PIN=1; the
+   trainer's default where the ranks are as many as the CPUs, as on a
+   2-core machine), not bound (GRPO_CTRL_DIST_PIN=0), both polling each
+   collective for up to GRPO_CTRL_DIST_SPIN_MS (default 5 ms), and bound but
+   sleeping in every collective (GRPO_CTRL_DIST_SPIN_MS=0); ``--two`` picks
+   some. It alternates them ``--rounds`` times so that load from other work
+   hits all alike: the default batch of 32 start states split across the
+   processes, 32 and 128 per process, and 128 split (``--case`` picks some).
+   Reports simulator steps/s and updates (iterations)/s between the second
+   and the last iteration, the 2-process over 1-process ratio of steps/s, the
+   same ratio computed from the CPU seconds per iteration of the busiest rank
    (what a core per rank would give, communication waits aside; other work
-   changes it little), and per iteration the collectives and the time rank
-   0 spent in them (waiting for the other rank included). Goal (issue 15):
-   2 processes >= 1.8x one.
+   changes it little), and per iteration the collectives, the time rank 0
+   spent in them (waiting for the other rank included) and the busiest
+   process's minor page faults; and the torch threads of every process (1:
+   both competitors compute on one core per process). Goal (issue 15): 2
+   processes >= 1.8x one.
 2. Cost model. Times the single-process iteration (collection + update, CPU
    time) at several batch sizes and fits t = a + b * branches; times, between
    2 ranks on loopback, the trainer's sum over ranks (an all-gather and the
@@ -39,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import tempfile
 import time
 
@@ -63,11 +67,10 @@ NET_LATENCY, NET_BANDWIDTH = 50e-6, 1.1e9
 # (strong scaling), the default and a 4x batch on each process (weak), a 4x batch split
 CASES = (("32 starts split", 32, 32), ("32 starts per process", 32, 64),
          ("128 starts split", 128, 128), ("128 starts per process", 128, 256))
-# the 2-process competitors: (name, GRPO_CTRL_DIST_SPIN_MS; None: the default)
-# (name, environment for the workers): how a rank waits in a collective, and
-# whether each rank is pinned to its own CPU (GRPO_CTRL_DIST_PIN)
-WAITS = (("polling", {}), ("sleeping", {"GRPO_CTRL_DIST_SPIN_MS": "0"}),
-         ("polling, pinned", {"GRPO_CTRL_DIST_PIN": "1"}))
+# the 2-process competitors: (name, environment for the workers): whether each rank is
+# bound to its own CPU (GRPO_CTRL_DIST_PIN) and how it waits in a collective
+TWO = (("pinned", {"GRPO_CTRL_DIST_PIN": "1"}), ("unpinned", {"GRPO_CTRL_DIST_PIN": "0"}),
+       ("pinned, sleeping", {"GRPO_CTRL_DIST_PIN": "1", "GRPO_CTRL_DIST_SPIN_MS": "0"}))
 
 
 def config(iterations: int, num_starts: int = 32):
@@ -86,7 +89,8 @@ def _timed_training(out_dir: str, cfg) -> None:
     stamps = []
     train("pendulum", "gym", cfg, None, progress=False, on_iteration=lambda trainer, row:
           stamps.append((time.perf_counter(), time.process_time(), trainer.ranks.collectives,
-                         trainer.ranks.waited_s)))
+                         trainer.ranks.waited_s, resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
+                         torch.get_num_threads())))
     with open(os.path.join(out_dir, f"{Ranks.current().rank}.json"), "w") as fh:
         json.dump(stamps, fh)
 
@@ -122,7 +126,9 @@ def throughput(nproc: int, iterations: int, num_starts: int, env: dict | None = 
             "sim_steps_per_s": its * steps_per_iteration(cfg),
             "cpu_s_per_iteration": max(s[-2][1] - s[0][1] for s in stamps) / n,
             "collectives_per_iteration": (last[2] - first[2]) / n,
-            "collective_s_per_iteration": (last[3] - first[3]) / n}
+            "collective_s_per_iteration": (last[3] - first[3]) / n,
+            "faults_per_iteration": max(s[-2][4] - s[0][4] for s in stamps) / n,
+            "threads": sorted({row[5] for s in stamps for row in s})}
 
 
 # ------------------------------------------------------------ 2. cost model
@@ -187,12 +193,14 @@ def predict(n: int, branches: int, a: float, b: float, latency: float, bandwidth
             + small_reduces * gathered_sum(n, 256, latency, bandwidth))
 
 
-def compare_throughput(report: dict, iterations: int, rounds: int, cases=CASES) -> None:
+def compare_throughput(report: dict, iterations: int, rounds: int, cases=CASES,
+                       competitors=TWO) -> None:
     report["throughput"] = {}
     print(f"1. throughput, pendulum, 8 branches x 64 steps per start state, overlap off, "
-          f"{iterations} iterations per run, {report['cores']} cores; 2 processes polling "
-          f"(the trainer's default), sleeping in each collective, and polling pinned to a CPU "
-          f"each")
+          f"{iterations} iterations per run, {report['cores']} cores; 2 processes: "
+          + ", ".join(name for name, _ in competitors) + " (the trainer's default: pinned "
+          f"{'here' if distributed.pin_ranks(2) else 'only with 2 CPUs'}; polling each "
+          f"collective unless sleeping)")
     for name, one_starts, two_starts in cases:
         pairs = []
         for r in range(rounds):
@@ -201,28 +209,33 @@ def compare_throughput(report: dict, iterations: int, rounds: int, cases=CASES) 
             result = {"one": one, "load": load}
             line = (f"  {name}, round {r + 1} (load {load:.1f}): 1 process "
                     f"{one['sim_steps_per_s'] / 1e6:.2f} M steps/s, "
-                    f"{one['iterations_per_s']:.1f} updates/s")
-            for wait, env in WAITS:
+                    f"{one['iterations_per_s']:.1f} updates/s, {one['faults_per_iteration']:.0f} "
+                    f"page faults per iteration, torch threads {one['threads']}")
+            for two_name, env in competitors:
                 two = throughput(2, iterations, two_starts, env)
-                result[wait] = {**two, "ratio": two["sim_steps_per_s"] / one["sim_steps_per_s"],
-                                "cpu_ratio": (two_starts / two["cpu_s_per_iteration"])
-                                / (one_starts / one["cpu_s_per_iteration"])}
-                line += (f"\n    2 processes, {wait}: {two['sim_steps_per_s'] / 1e6:.2f} M steps/s,"
-                         f" {two['iterations_per_s']:.1f} updates/s | "
-                         f"{result[wait]['ratio']:.2f}x wall, {result[wait]['cpu_ratio']:.2f}x "
-                         f"by CPU time | {two['collectives_per_iteration']:.1f} collectives, "
-                         f"{two['collective_s_per_iteration'] * 1e3:.1f} ms in them per "
-                         f"iteration")
+                result[two_name] = {**two,
+                                    "ratio": two["sim_steps_per_s"] / one["sim_steps_per_s"],
+                                    "cpu_ratio": (two_starts / two["cpu_s_per_iteration"])
+                                    / (one_starts / one["cpu_s_per_iteration"])}
+                line += (f"\n    2 processes, {two_name}: {two['sim_steps_per_s'] / 1e6:.2f} M "
+                         f"steps/s, {two['iterations_per_s']:.1f} updates/s | "
+                         f"{result[two_name]['ratio']:.2f}x wall, "
+                         f"{result[two_name]['cpu_ratio']:.2f}x by CPU time | "
+                         f"{two['collectives_per_iteration']:.1f} collectives, "
+                         f"{two['collective_s_per_iteration'] * 1e3:.1f} ms in them, "
+                         f"{two['faults_per_iteration']:.0f} page faults per iteration, torch "
+                         f"threads {two['threads']}")
             pairs.append(result)
             print(line, flush=True)
         summary = {"rounds": pairs}
-        for wait, _ in WAITS:
-            summary[wait] = {key: float(np.median([p[wait][key] for p in pairs]))
-                             for key in ("ratio", "cpu_ratio")}
+        for two_name, _ in competitors:
+            summary[two_name] = {key: float(np.median([p[two_name][key] for p in pairs]))
+                                 for key in ("ratio", "cpu_ratio")}
         report["throughput"][name] = summary
         print(f"  {name}: median " + ", ".join(
-            f"{wait} {summary[wait]['ratio']:.2f}x wall, {summary[wait]['cpu_ratio']:.2f}x by CPU "
-            f"time" for wait, _ in WAITS) + f" (goal >= {GOAL_RATIO}x)")
+            f"{two_name} {summary[two_name]['ratio']:.2f}x wall, "
+            f"{summary[two_name]['cpu_ratio']:.2f}x by CPU time" for two_name, _ in competitors)
+            + f" (goal >= {GOAL_RATIO}x)")
 
 
 def cost_model(report: dict, iterations: int, repeats: int) -> None:
@@ -288,6 +301,9 @@ def main() -> int:
     ap.add_argument("--only", choices=("throughput", "model"), help="run one part")
     ap.add_argument("--case", action="append", choices=[c[0] for c in CASES],
                     help="throughput only for this batch case (repeatable; default: all)")
+    ap.add_argument("--two", action="append", choices=[c[0] for c in TWO],
+                    help="throughput only for this 2-process competitor (repeatable; default: "
+                         "all)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     iterations, rounds, repeats = (15, 2, 20) if args.quick else (args.iterations, args.rounds, 100)
@@ -295,7 +311,8 @@ def main() -> int:
     report = {"load_before": os.getloadavg(), "cores": len(os.sched_getaffinity(0))}
     if args.only != "model":
         compare_throughput(report, iterations, rounds,
-                           [c for c in CASES if not args.case or c[0] in args.case])
+                           [c for c in CASES if not args.case or c[0] in args.case],
+                           [c for c in TWO if not args.two or c[0] in args.two])
     if args.only != "throughput":
         cost_model(report, iterations, repeats)
     if args.json:
