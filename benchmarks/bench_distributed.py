@@ -86,13 +86,22 @@ def steps_per_iteration(cfg) -> int:
 
 # ------------------------------------------------------------ 1. throughput
 def _timed_training(out_dir: str, cfg) -> None:
-    stamps = []
-    train("pendulum", "gym", cfg, None, progress=False, on_iteration=lambda trainer, row:
-          stamps.append((time.perf_counter(), time.process_time(), trainer.ranks.collectives,
-                         trainer.ranks.waited_s, resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
-                         torch.get_num_threads())))
-    with open(os.path.join(out_dir, f"{Ranks.current().rank}.json"), "w") as fh:
-        json.dump(stamps, fh)
+    stamps, arrivals = [], []
+    ranks = Ranks.current()
+    wait = ranks._wait
+
+    def arrive_and_wait(work) -> None:  # when this rank reached each collective
+        arrivals.append(time.perf_counter())  # CLOCK_MONOTONIC: one clock for all processes
+        wait(work)
+
+    ranks._wait = arrive_and_wait
+    train("pendulum", "gym", cfg, None, progress=False, ranks=ranks,
+          on_iteration=lambda trainer, row: stamps.append(
+              (time.perf_counter(), time.process_time(), trainer.ranks.collectives,
+               trainer.ranks.waited_s, resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
+               torch.get_num_threads())))
+    with open(os.path.join(out_dir, f"{ranks.rank}.json"), "w") as fh:
+        json.dump({"stamps": stamps, "arrivals": arrivals}, fh)
 
 
 def throughput(nproc: int, iterations: int, num_starts: int, env: dict | None = None) -> dict:
@@ -102,8 +111,12 @@ def throughput(nproc: int, iterations: int, num_starts: int, env: dict | None = 
     seconds per iteration of the busiest rank, which load from other work
     changes little: one process's over it is the ratio the run would reach
     with a core per rank and free communication; rank 0's collectives per
-    iteration and its wall time in them. ``env``: variables set for the
-    workers (GRPO_CTRL_DIST_SPIN_MS, GRPO_CTRL_DIST_PIN), restored after."""
+    iteration and its wall time in them; the busiest process's minor page
+    faults per iteration; with several ranks, how much later than the first
+    the last rank reached each collective, summed over an iteration's
+    collectives (the time the others waited for it). ``env``: variables set
+    for the workers (GRPO_CTRL_DIST_SPIN_MS, GRPO_CTRL_DIST_PIN), restored
+    after."""
     cfg = config(iterations, num_starts)
     env = env or {}
     saved = {key: os.environ.get(key) for key in env}
@@ -111,15 +124,18 @@ def throughput(nproc: int, iterations: int, num_starts: int, env: dict | None = 
     try:
         with tempfile.TemporaryDirectory() as tmp:
             distributed.launch(nproc, _timed_training, (tmp, cfg))
-            stamps = [json.load(open(os.path.join(tmp, f"{r}.json"))) for r in range(nproc)]
+            runs = [json.load(open(os.path.join(tmp, f"{r}.json"))) for r in range(nproc)]
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+    stamps = [run["stamps"] for run in runs]
     n = iterations - 2
     first, last = stamps[0][0], stamps[0][-2]
+    # every rank takes part in the same collectives in the same order
+    arrivals = np.array([run["arrivals"][first[2]:last[2]] for run in runs])
     its = n / (last[0] - first[0])
     return {"nproc": nproc, "iterations_per_s": its,
             "optimiser_steps_per_s": its * cfg.epochs * cfg.minibatches,
@@ -128,7 +144,8 @@ def throughput(nproc: int, iterations: int, num_starts: int, env: dict | None = 
             "collectives_per_iteration": (last[2] - first[2]) / n,
             "collective_s_per_iteration": (last[3] - first[3]) / n,
             "faults_per_iteration": max(s[-2][4] - s[0][4] for s in stamps) / n,
-            "threads": sorted({row[5] for s in stamps for row in s})}
+            "threads": sorted({row[5] for s in stamps for row in s}),
+            "arrival_spread_s_per_iteration": float((arrivals.max(0) - arrivals.min(0)).sum()) / n}
 
 
 # ------------------------------------------------------------ 2. cost model
@@ -222,7 +239,9 @@ def compare_throughput(report: dict, iterations: int, rounds: int, cases=CASES,
                          f"{result[two_name]['ratio']:.2f}x wall, "
                          f"{result[two_name]['cpu_ratio']:.2f}x by CPU time | "
                          f"{two['collectives_per_iteration']:.1f} collectives, "
-                         f"{two['collective_s_per_iteration'] * 1e3:.1f} ms in them, "
+                         f"{two['collective_s_per_iteration'] * 1e3:.1f} ms in them, the last "
+                         f"rank {two['arrival_spread_s_per_iteration'] * 1e3:.1f} ms after the "
+                         f"first, "
                          f"{two['faults_per_iteration']:.0f} page faults per iteration, torch "
                          f"threads {two['threads']}")
             pairs.append(result)
