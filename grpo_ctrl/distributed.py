@@ -21,7 +21,9 @@ waited for by polling, yielding the CPU between polls, for up to
 ``GRPO_CTRL_DIST_SPIN_MS`` (default 5) before sleeping, or until other work
 wants the core: on a virtual machine a rank whose core goes idle in every
 collective pays the hypervisor's wake-up several times per message
-(docs/distributed.md §5).
+(docs/distributed.md §5). Workers as many as the machine's CPUs are each
+bound to one (``pin_ranks``): a rank's gloo threads then wake on its CPU,
+never on another rank's.
 
 With one process no process group exists and every reduction below is the
 identity: the trainer computes exactly what it computed before, bit for bit.
@@ -269,6 +271,9 @@ def run_from_env(worker, args: tuple = ()) -> None:
     as torchrun described in the environment (MASTER_ADDR, MASTER_PORT,
     RANK, WORLD_SIZE)."""
     spin_seconds()  # a bad setting stops every rank before any work
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))  # this machine's workers (torchrun)
+    if local and pin_ranks(local):
+        _bind_to_cpu(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("gloo", init_method="env://", timeout=collective_timeout())
     try:
         worker(*args)
@@ -281,7 +286,8 @@ class WorkerFailed(RuntimeError):
 
 
 def pin_ranks(nproc: int) -> bool:
-    """Whether ``nproc`` local workers are each bound to one CPU:
+    """Whether ``nproc`` workers on this machine (``--nproc``, or torchrun's
+    LOCAL_WORLD_SIZE) are each bound to one CPU:
     GRPO_CTRL_DIST_PIN=1 always, 0 never, unset (or ``auto``) when they are as
     many as the CPUs this process may use. A rank and the gloo threads it
     starts then stay on their CPU and do not land on the other ranks' between
@@ -299,10 +305,16 @@ def pin_ranks(nproc: int) -> bool:
     return text == "1"
 
 
+def _bind_to_cpu(local_rank: int) -> None:
+    """Bind this process to its own CPU, before gloo starts its threads, so
+    that they inherit it."""
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[local_rank % len(cpus)]})
+
+
 def _run_rank(rank: int, world: int, port: int, worker, args: tuple) -> None:
-    if pin_ranks(world):  # before gloo starts its threads, so that they inherit the CPU
-        cpus = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+    if pin_ranks(world):
+        _bind_to_cpu(rank)
     timeout = collective_timeout()
     store = dist.TCPStore("127.0.0.1", port, world + 1, is_master=False, timeout=timeout)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
