@@ -52,10 +52,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from grpo_ctrl import distributed  # noqa: E402
+from grpo_ctrl import distributed, grpo  # noqa: E402
 from grpo_ctrl.distributed import Ranks  # noqa: E402
 from grpo_ctrl.grpo import Trainer  # noqa: E402
 from grpo_ctrl.grpo_config import default_config  # noqa: E402
+from grpo_ctrl.heap import keep_freed_memory  # noqa: E402
 from grpo_ctrl.train import train  # noqa: E402
 
 GOAL_RATIO = 1.8
@@ -104,7 +105,8 @@ def _timed_training(out_dir: str, cfg) -> None:
         json.dump({"stamps": stamps, "arrivals": arrivals}, fh)
 
 
-def throughput(nproc: int, iterations: int, num_starts: int, env: dict | None = None) -> dict:
+def throughput(nproc: int, iterations: int, num_starts: int, env: dict | None = None,
+               heap: str = "kept") -> dict:
     """Iterations/s and steps/s of one run with nproc processes, timed on
     rank 0 from the end of the first iteration (start-up excluded) to the
     end of the next-to-last (the last one includes an evaluation); the CPU
@@ -116,16 +118,21 @@ def throughput(nproc: int, iterations: int, num_starts: int, env: dict | None = 
     the last rank reached each collective, summed over an iteration's
     collectives (the time the others waited for it). ``env``: variables set
     for the workers (GRPO_CTRL_DIST_SPIN_MS, GRPO_CTRL_DIST_PIN), restored
-    after."""
+    after. ``heap``: ``kept`` as the trainer sets it (grpo_ctrl/heap.py), or
+    ``glibc``'s default thresholds, as before December 1 (the workers are forked
+    from this process, whose allocator the throughput runs leave as it is)."""
     cfg = config(iterations, num_starts)
     env = env or {}
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)  # the forked workers read it
+    if heap == "glibc":
+        grpo.keep_freed_memory = lambda: False  # the forked workers inherit the patch
     try:
         with tempfile.TemporaryDirectory() as tmp:
             distributed.launch(nproc, _timed_training, (tmp, cfg))
             runs = [json.load(open(os.path.join(tmp, f"{r}.json"))) for r in range(nproc)]
     finally:
+        grpo.keep_freed_memory = keep_freed_memory
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -211,49 +218,57 @@ def predict(n: int, branches: int, a: float, b: float, latency: float, bandwidth
 
 
 def compare_throughput(report: dict, iterations: int, rounds: int, cases=CASES,
-                       competitors=TWO) -> None:
+                       competitors=TWO, heaps=("kept",)) -> None:
     report["throughput"] = {}
     print(f"1. throughput, pendulum, 8 branches x 64 steps per start state, overlap off, "
           f"{iterations} iterations per run, {report['cores']} cores; 2 processes: "
           + ", ".join(name for name, _ in competitors) + " (the trainer's default: pinned "
           f"{'here' if distributed.pin_ranks(2) else 'only with 2 CPUs'}; polling each "
-          f"collective unless sleeping)")
+          f"collective unless sleeping); heap: " + ", ".join(heaps))
+    # a competitor's name, with the heap it ran with unless the trainer's (kept)
+    named = [(two + ("" if heap == "kept" else f", {heap} heap"), env, heap)
+             for heap in heaps for two, env in competitors]
     for name, one_starts, two_starts in cases:
         pairs = []
         for r in range(rounds):
             load = os.getloadavg()[0]
-            one = throughput(1, iterations, one_starts)
-            result = {"one": one, "load": load}
-            line = (f"  {name}, round {r + 1} (load {load:.1f}): 1 process "
-                    f"{one['sim_steps_per_s'] / 1e6:.2f} M steps/s, "
-                    f"{one['iterations_per_s']:.1f} updates/s, {one['faults_per_iteration']:.0f} "
-                    f"page faults per iteration, torch threads {one['threads']}")
-            for two_name, env in competitors:
-                two = throughput(2, iterations, two_starts, env)
-                result[two_name] = {**two,
-                                    "ratio": two["sim_steps_per_s"] / one["sim_steps_per_s"],
-                                    "cpu_ratio": (two_starts / two["cpu_s_per_iteration"])
-                                    / (one_starts / one["cpu_s_per_iteration"])}
-                line += (f"\n    2 processes, {two_name}: {two['sim_steps_per_s'] / 1e6:.2f} M "
-                         f"steps/s, {two['iterations_per_s']:.1f} updates/s | "
-                         f"{result[two_name]['ratio']:.2f}x wall, "
-                         f"{result[two_name]['cpu_ratio']:.2f}x by CPU time | "
-                         f"{two['collectives_per_iteration']:.1f} collectives, "
-                         f"{two['collective_s_per_iteration'] * 1e3:.1f} ms in them, the last "
-                         f"rank {two['arrival_spread_s_per_iteration'] * 1e3:.1f} ms after the "
-                         f"first, "
-                         f"{two['faults_per_iteration']:.0f} page faults per iteration, torch "
-                         f"threads {two['threads']}")
+            result = {"load": load}
+            line = f"  {name}, round {r + 1} (load {load:.1f})"
+            for heap in heaps:
+                one = result["one" if heap == "kept" else f"one, {heap} heap"] = throughput(
+                    1, iterations, one_starts, heap=heap)
+                line += (f"\n    1 process{'' if heap == 'kept' else f', {heap} heap'}: "
+                         f"{one['sim_steps_per_s'] / 1e6:.2f} M steps/s, "
+                         f"{one['iterations_per_s']:.1f} updates/s, "
+                         f"{one['faults_per_iteration']:.0f} page faults per iteration, torch "
+                         f"threads {one['threads']}")
+                for two_name, env, two_heap in named:
+                    if two_heap != heap:
+                        continue
+                    two = throughput(2, iterations, two_starts, env, heap)
+                    result[two_name] = {**two,
+                                        "ratio": two["sim_steps_per_s"] / one["sim_steps_per_s"],
+                                        "cpu_ratio": (two_starts / two["cpu_s_per_iteration"])
+                                        / (one_starts / one["cpu_s_per_iteration"])}
+                    line += (f"\n    2 processes, {two_name}: {two['sim_steps_per_s'] / 1e6:.2f} "
+                             f"M steps/s, {two['iterations_per_s']:.1f} updates/s | "
+                             f"{result[two_name]['ratio']:.2f}x wall, "
+                             f"{result[two_name]['cpu_ratio']:.2f}x by CPU time | "
+                             f"{two['collectives_per_iteration']:.1f} collectives, "
+                             f"{two['collective_s_per_iteration'] * 1e3:.1f} ms in them, the "
+                             f"last rank {two['arrival_spread_s_per_iteration'] * 1e3:.1f} ms "
+                             f"after the first, {two['faults_per_iteration']:.0f} page faults per "
+                             f"iteration, torch threads {two['threads']}")
             pairs.append(result)
             print(line, flush=True)
         summary = {"rounds": pairs}
-        for two_name, _ in competitors:
+        for two_name, _, _ in named:
             summary[two_name] = {key: float(np.median([p[two_name][key] for p in pairs]))
                                  for key in ("ratio", "cpu_ratio")}
         report["throughput"][name] = summary
         print(f"  {name}: median " + ", ".join(
             f"{two_name} {summary[two_name]['ratio']:.2f}x wall, "
-            f"{summary[two_name]['cpu_ratio']:.2f}x by CPU time" for two_name, _ in competitors)
+            f"{summary[two_name]['cpu_ratio']:.2f}x by CPU time" for two_name, _, _ in named)
             + f" (goal >= {GOAL_RATIO}x)")
 
 
@@ -323,6 +338,9 @@ def main() -> int:
     ap.add_argument("--two", action="append", choices=[c[0] for c in TWO],
                     help="throughput only for this 2-process competitor (repeatable; default: "
                          "all)")
+    ap.add_argument("--heap", choices=("kept", "glibc", "both"), default="kept",
+                    help="the trainer's kept heap (grpo_ctrl/heap.py), glibc's default "
+                         "thresholds (the trainer before December 1), or both side by side")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     iterations, rounds, repeats = (15, 2, 20) if args.quick else (args.iterations, args.rounds, 100)
@@ -331,7 +349,8 @@ def main() -> int:
     if args.only != "model":
         compare_throughput(report, iterations, rounds,
                            [c for c in CASES if not args.case or c[0] in args.case],
-                           [c for c in TWO if not args.two or c[0] in args.two])
+                           [c for c in TWO if not args.two or c[0] in args.two],
+                           ("kept", "glibc") if args.heap == "both" else (args.heap,))
     if args.only != "throughput":
         cost_model(report, iterations, repeats)
     if args.json:
