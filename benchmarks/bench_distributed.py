@@ -224,51 +224,51 @@ def compare_throughput(report: dict, iterations: int, rounds: int, cases=CASES,
           f"{iterations} iterations per run, {report['cores']} cores; 2 processes: "
           + ", ".join(name for name, _ in competitors) + " (the trainer's default: pinned "
           f"{'here' if distributed.pin_ranks(2) else 'only with 2 CPUs'}; polling each "
-          f"collective unless sleeping); heap: " + ", ".join(heaps))
-    # a competitor's name, with the heap it ran with unless the trainer's (kept)
-    named = [(two + ("" if heap == "kept" else f", {heap} heap"), env, heap)
-             for heap in heaps for two, env in competitors]
+          f"collective unless sleeping); heap: " + ", ".join(heaps) + "; every other round "
+          "runs them in reverse order")
+    # the runs of a round: (name, processes, environment, heap), a competitor's name with
+    # the heap it ran with unless the trainer's (kept)
+    runs = []
+    for heap in heaps:
+        suffix = "" if heap == "kept" else f", {heap} heap"
+        runs += [("1 process" + suffix, 1, {}, heap)]
+        runs += [("2 processes, " + two + suffix, 2, env, heap) for two, env in competitors]
+    twos = [run[0] for run in runs if run[1] == 2]
     for name, one_starts, two_starts in cases:
         pairs = []
         for r in range(rounds):
             load = os.getloadavg()[0]
-            result = {"load": load}
+            # what ran first had the machine in another state: alternate the order
+            result = {run_name: throughput(nproc, iterations,
+                                           one_starts if nproc == 1 else two_starts, env, heap)
+                      for run_name, nproc, env, heap in (runs[::-1] if r % 2 else runs)}
             line = f"  {name}, round {r + 1} (load {load:.1f})"
-            for heap in heaps:
-                one = result["one" if heap == "kept" else f"one, {heap} heap"] = throughput(
-                    1, iterations, one_starts, heap=heap)
-                line += (f"\n    1 process{'' if heap == 'kept' else f', {heap} heap'}: "
-                         f"{one['sim_steps_per_s'] / 1e6:.2f} M steps/s, "
-                         f"{one['iterations_per_s']:.1f} updates/s, "
-                         f"{one['faults_per_iteration']:.0f} page faults per iteration, torch "
-                         f"threads {one['threads']}")
-                for two_name, env, two_heap in named:
-                    if two_heap != heap:
-                        continue
-                    two = throughput(2, iterations, two_starts, env, heap)
-                    result[two_name] = {**two,
-                                        "ratio": two["sim_steps_per_s"] / one["sim_steps_per_s"],
-                                        "cpu_ratio": (two_starts / two["cpu_s_per_iteration"])
-                                        / (one_starts / one["cpu_s_per_iteration"])}
-                    line += (f"\n    2 processes, {two_name}: {two['sim_steps_per_s'] / 1e6:.2f} "
-                             f"M steps/s, {two['iterations_per_s']:.1f} updates/s | "
-                             f"{result[two_name]['ratio']:.2f}x wall, "
-                             f"{result[two_name]['cpu_ratio']:.2f}x by CPU time | "
-                             f"{two['collectives_per_iteration']:.1f} collectives, "
-                             f"{two['collective_s_per_iteration'] * 1e3:.1f} ms in them, the "
-                             f"last rank {two['arrival_spread_s_per_iteration'] * 1e3:.1f} ms "
-                             f"after the first, {two['faults_per_iteration']:.0f} page faults per "
-                             f"iteration, torch threads {two['threads']}")
-            pairs.append(result)
+            for run_name, nproc, _, heap in runs:
+                got = result[run_name]
+                line += (f"\n    {run_name}: {got['sim_steps_per_s'] / 1e6:.2f} M steps/s, "
+                         f"{got['iterations_per_s']:.1f} updates/s")
+                if nproc == 2:
+                    one = result["1 process" + ("" if heap == "kept" else f", {heap} heap")]
+                    got["ratio"] = got["sim_steps_per_s"] / one["sim_steps_per_s"]
+                    got["cpu_ratio"] = ((two_starts / got["cpu_s_per_iteration"])
+                                        / (one_starts / one["cpu_s_per_iteration"]))
+                    line += (f" | {got['ratio']:.2f}x wall, {got['cpu_ratio']:.2f}x by CPU time | "
+                             f"{got['collectives_per_iteration']:.1f} collectives, "
+                             f"{got['collective_s_per_iteration'] * 1e3:.1f} ms in them, the "
+                             f"last rank {got['arrival_spread_s_per_iteration'] * 1e3:.1f} ms "
+                             f"after the first")
+                line += (f", {got['faults_per_iteration']:.0f} page faults per iteration, torch "
+                         f"threads {got['threads']}")
+            pairs.append({"load": load, **result})
             print(line, flush=True)
         summary = {"rounds": pairs}
-        for two_name, _, _ in named:
+        for two_name in twos:
             summary[two_name] = {key: float(np.median([p[two_name][key] for p in pairs]))
                                  for key in ("ratio", "cpu_ratio")}
         report["throughput"][name] = summary
         print(f"  {name}: median " + ", ".join(
-            f"{two_name} {summary[two_name]['ratio']:.2f}x wall, "
-            f"{summary[two_name]['cpu_ratio']:.2f}x by CPU time" for two_name, _, _ in named)
+            f"{two_name.removeprefix('2 processes, ')} {summary[two_name]['ratio']:.2f}x wall, "
+            f"{summary[two_name]['cpu_ratio']:.2f}x by CPU time" for two_name in twos)
             + f" (goal >= {GOAL_RATIO}x)")
 
 
