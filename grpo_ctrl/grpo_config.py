@@ -137,10 +137,10 @@ SYSTEM_DEFAULTS = {
     # without it the balanced policy hunts around an encoder step (du sign changes
     # 2-23% of steps by seed); the gain term alone lets a push be answered at once (§5,
     # second session), and 0.1 of it, with pushes in training (randomize.py), catches
-    # them nearly as swing-up + LQR does (paired -0.11 to +0.00, s.e. 0.04-0.07, 6 runs).
+    # them nearly as swing-up + LQR does (paired -0.11 to +0.00, s.e. 0.03-0.07, 8 runs).
     # deploy final: the policy at the end of the learning-rate schedule, reproducible from
     # the seed; the best evaluation's came from iterations 120-170 and chattered (11-14%
-    # on two seeds of three), the final ones 2.4-5.0% on five runs of six, 11.5% on one
+    # on two seeds of three), the final ones 2.4-5.9% on seven runs of eight, 11.5% on one
     # (docs/robustness.md §5, fourth session)
     ("pendulum", "rig"): {"action_repeat": 4, "horizon": 100, "loss_steps": 50, "gamma": 0.99,
                           "time_budget": 60.0, "eval_every": 10.0, "eval_episodes": 50,
