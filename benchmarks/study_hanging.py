@@ -42,8 +42,8 @@ def rollout(policy, x0: np.ndarray, steps: int, noise: float, gamma: float,
     sim.set_state({"x": x0})
     obs, ret, mus = sim.observe(), np.zeros(len(x0)), []
     for t in range(steps):
-        mu = policy.mu(policy.normalise(torch.as_tensor(obs, dtype=torch.float32))).reshape(-1)
-        z = mu + noise * torch.exp(policy.log_std) * torch.randn(mu.shape, generator=gen)
+        mu, log_std = policy.dist(policy.normalise(torch.as_tensor(obs, dtype=torch.float32)))
+        z = mu + noise * torch.exp(log_std) * torch.randn(mu.shape, generator=gen)
         obs, r, _, _ = sim.step((policy.u_max * np.tanh(z.numpy())).astype(np.float64))
         ret += gamma ** t * r
         mus.append(mu.numpy())
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     _, mus = rollout(policy, x0[hanging], 60, 0.0, 1.0, gen)
     q = np.percentile(np.abs(mus), [50, 75, 90])
     print(f"hanging starts, first 60 steps: |mu| median {q[0]:.1f}, 75th {q[1]:.1f}, 90th "
-          f"{q[2]:.1f}; log std {float(policy.log_std.detach()):.2f}")
+          f"{q[2]:.1f}; log std {float(policy.log_std.detach()):.2f} (state-independent part)")
     for noise in (0.5, 1.0):
         ret, _ = rollout(policy, x0, 200, noise, 1.0, gen)
         print(f"with {noise:g} x its own noise: {ret.mean() - mine.mean():+.2f} against its mean "

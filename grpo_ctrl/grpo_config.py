@@ -98,6 +98,9 @@ class GRPOConfig:
                                high=5.0)
     log_std_min: float = knob(-2.5, "noise floor: log std is clamped at or above this", low=-20.0,
                               high=5.0)
+    state_std: bool = knob(False, "exploration std per state: log std = the learned number plus "
+                           "an output of the network's last hidden layer (the deployed "
+                           "controller uses the mean only)")
     # run
     seed: int = knob(0, "seeds the simulator and torch", low=0, high=MAX_SEED)
     time_budget: float = knob(30.0, "seconds of training wall time (0 = no limit)", low=0.0,

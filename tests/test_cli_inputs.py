@@ -45,6 +45,7 @@ ACCEPTED = {
     ("train", "--log-std-init"): ({"zero", "negative"}, "a log std"),
     ("train", "--log-std-min"): ({"zero", "negative"}, "a log std"),
     ("train", "--overlap"): ({"zero"}, "0 is false"),
+    ("train", "--state-std"): ({"zero"}, "0 is false: one std for every state"),
     ("train", "--w-du"): ({"zero"}, "0: no action-rate penalty"),
     ("train", "--w-smooth"): ({"zero"}, "0: no smoothness term"),
     ("train", "--noise-corr"): ({"zero"}, "0: independent exploration noise"),
