@@ -68,6 +68,9 @@ class GRPOConfig:
                             choices=("outcome", "reward_to_go"))
     adv_scale: str = knob("group", "divide centred rewards by the std of the group, the batch, "
                           "or nothing", choices=("group", "batch", "none"))
+    saturated: float = knob(0.0, "zero the advantage of loss steps whose command is saturated "
+                            "whatever the noise: |mu| - 2 sigma > this before the tanh (3: "
+                            "within 0.5 % of full scale; 0 = off)", low=0.0, high=1e3)
     loss_agg: str = knob("token", "grpo (per branch, then mean), token (all steps), dr_grpo",
                          choices=("grpo", "token", "dr_grpo"))
     eps_low: float = knob(0.2, "ratio clip below: 1 - eps_low", above=0.0, high=0.999)

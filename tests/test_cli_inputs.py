@@ -49,6 +49,7 @@ ACCEPTED = {
     ("train", "--w-du"): ({"zero"}, "0: no action-rate penalty"),
     ("train", "--w-smooth"): ({"zero"}, "0: no smoothness term"),
     ("train", "--noise-corr"): ({"zero"}, "0: independent exploration noise"),
+    ("train", "--saturated"): ({"zero"}, "0: every loss step keeps its advantage"),
     ("eval", "--out"): (ANY, "any text names a folder"),
     ("hil", "--reveal"): (ANY, "any text names a file"),
     ("hil", "--mystery"): ({"zero"}, "seed 0"),

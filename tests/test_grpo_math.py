@@ -8,7 +8,7 @@ import torch
 
 from grpo_ctrl.grpo import (adapt_clip, aggregate_loss, choose_continuation, clip_fractions,
                             clipped_surrogate, correlated_noise, discounted_returns, gaussian_kl,
-                            group_advantages, k3_kl, mean_command_smoothness,
+                            group_advantages, k3_kl, mean_command_smoothness, saturated,
                             zero_spread_fraction)
 from grpo_ctrl.policy import (GaussianPolicy, RunningNorm, gaussian_log_prob,
                              squashed_log_prob)
@@ -250,3 +250,14 @@ def test_mean_command_smoothness_by_hand():
         policy.net[0].weight.zero_()
         flat = policy.mu(obs)
         assert float(mean_command_smoothness(policy, obs, flat, mask, 0.5, gen)) == 0.0
+
+
+def test_saturated_steps_by_hand_and_by_sampling():
+    """|mu| - 2 sigma > bound: by hand, and then the defining property: at such a step
+    97.7 % of the sampled commands lie within 1 - tanh(bound) of full scale."""
+    mu = torch.tensor([4.3, -4.3, 4.2, 0.0, -10.0])
+    log_std = torch.log(torch.tensor([0.65, 0.65, 0.65, 0.65, 3.0]))
+    assert saturated(mu, log_std, 3.0).tolist() == [True, True, False, False, True]
+    z = 4.31 + 0.65 * torch.randn(200_000, generator=torch.Generator().manual_seed(0))
+    near_full = (torch.tanh(z) >= math.tanh(3.0)).float().mean()
+    assert float(near_full) == pytest.approx(0.977, abs=0.003)
