@@ -50,6 +50,10 @@ class GRPOConfig:
     noise_corr: float = knob(0.0, "correlation of a branch's exploration noise from one decision "
                              "to the next (AR(1); 0 = independent), so that branches try "
                              "different strategies, not only jitter", low=0.0, high=0.999)
+    noise_window: int = knob(0, "branches of a group share their exploration noise but in one "
+                             "random window of this many loss steps, which alone carry the "
+                             "advantage (common random numbers; 0 = independent noise)",
+                             low=0, high=2**20)
     softmax_temperature: float = knob(1.0, "on group-normalised returns, for softmax continuation",
                                       above=0.0, high=1e6)
     w_du: float = knob(0.0, "action-rate penalty: each decision loses w_du (du / u_max)^2, "
@@ -185,6 +189,9 @@ def check_config(cfg: GRPOConfig) -> None:
             raise UserError(f"{f.name} must be {wanted}, got {value!r}")
     if cfg.loss_steps > cfg.horizon:
         raise UserError(f"loss_steps ({cfg.loss_steps}) cannot exceed horizon ({cfg.horizon})")
+    if cfg.noise_window > cfg.loss_steps:
+        raise UserError(f"noise_window ({cfg.noise_window}) cannot exceed loss_steps "
+                        f"({cfg.loss_steps})")
     if cfg.minibatches > cfg.num_starts * cfg.group_size:
         raise UserError(f"minibatches ({cfg.minibatches}) exceeds the number of branches "
                         f"({cfg.num_starts * cfg.group_size})")

@@ -50,6 +50,7 @@ ACCEPTED = {
     ("train", "--w-smooth"): ({"zero"}, "0: no smoothness term"),
     ("train", "--noise-corr"): ({"zero"}, "0: independent exploration noise"),
     ("train", "--saturated"): ({"zero"}, "0: every loss step keeps its advantage"),
+    ("train", "--noise-window"): ({"zero"}, "0: independent noise in every branch"),
     ("eval", "--out"): (ANY, "any text names a folder"),
     ("hil", "--reveal"): (ANY, "any text names a file"),
     ("hil", "--mystery"): ({"zero"}, "seed 0"),
