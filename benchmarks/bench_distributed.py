@@ -2,22 +2,25 @@
 """Data-parallel GRPO: 1 and 2 processes side by side, and a cost model for N.
 
 1. Throughput. Trains the gym pendulum (8 branches x 64 steps per start
-   state, overlap off) for ``--iterations`` iterations with 1 process, with
-   2 processes (``grpo_ctrl.distributed.launch``, gloo on loopback) as the
-   trainer runs them (collectives polled for up to GRPO_CTRL_DIST_SPIN_MS,
-   default 5 ms), and with 2 processes that sleep in every collective
-   (GRPO_CTRL_DIST_SPIN_MS=0), and with 2 processes each bound to its own
-   CPU (GRPO_CTRL_DIST_PIN=1), alternating ``--rounds`` times so that load
-   from other work hits all alike: the default batch of 32 start states
-   split across the processes, 32 and 128 per process, and 128 split
-   (``--case`` picks some). Reports
-   simulator steps/s and updates (iterations)/s between the second and the
-   last iteration, the 2-process over 1-process ratio of steps/s, the same
-   ratio computed from the CPU seconds per iteration of the busiest rank
+   state, overlap off) for ``--iterations`` iterations with 1 process and
+   with 2 processes (``grpo_ctrl.distributed.launch``, gloo on loopback) in
+   three ways: each rank bound to its own CPU (GRPO_CTRL_DIST_PIN=1; the
+   trainer's default where the ranks are as many as the CPUs, as on a
+   2-core machine), not bound (GRPO_CTRL_DIST_PIN=0), both polling each
+   collective for up to GRPO_CTRL_DIST_SPIN_MS (default 5 ms), and bound but
+   sleeping in every collective (GRPO_CTRL_DIST_SPIN_MS=0); ``--two`` picks
+   some. It alternates them ``--rounds`` times so that load from other work
+   hits all alike: the default batch of 32 start states split across the
+   processes, 32 and 128 per process, and 128 split (``--case`` picks some).
+   Reports simulator steps/s and updates (iterations)/s between the second
+   and the last iteration, the 2-process over 1-process ratio of steps/s, the
+   same ratio computed from the CPU seconds per iteration of the busiest rank
    (what a core per rank would give, communication waits aside; other work
-   changes it little), and per iteration the collectives and the time rank
-   0 spent in them (waiting for the other rank included). Goal (issue 15):
-   2 processes >= 1.8x one.
+   changes it little), and per iteration the collectives, the time rank 0
+   spent in them (waiting for the other rank included) and the busiest
+   process's minor page faults; and the torch threads of every process (1:
+   both competitors compute on one core per process). Goal (issue 15): 2
+   processes >= 1.8x one.
 2. Cost model. Times the single-process iteration (collection + update, CPU
    time) at several batch sizes and fits t = a + b * branches; times, between
    2 ranks on loopback, the trainer's sum over ranks (an all-gather and the
@@ -39,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import tempfile
 import time
 
@@ -48,10 +52,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from grpo_ctrl import distributed  # noqa: E402
+from grpo_ctrl import distributed, grpo  # noqa: E402
 from grpo_ctrl.distributed import Ranks  # noqa: E402
 from grpo_ctrl.grpo import Trainer  # noqa: E402
 from grpo_ctrl.grpo_config import default_config  # noqa: E402
+from grpo_ctrl.heap import keep_freed_memory  # noqa: E402
 from grpo_ctrl.train import train  # noqa: E402
 
 GOAL_RATIO = 1.8
@@ -63,11 +68,10 @@ NET_LATENCY, NET_BANDWIDTH = 50e-6, 1.1e9
 # (strong scaling), the default and a 4x batch on each process (weak), a 4x batch split
 CASES = (("32 starts split", 32, 32), ("32 starts per process", 32, 64),
          ("128 starts split", 128, 128), ("128 starts per process", 128, 256))
-# the 2-process competitors: (name, GRPO_CTRL_DIST_SPIN_MS; None: the default)
-# (name, environment for the workers): how a rank waits in a collective, and
-# whether each rank is pinned to its own CPU (GRPO_CTRL_DIST_PIN)
-WAITS = (("polling", {}), ("sleeping", {"GRPO_CTRL_DIST_SPIN_MS": "0"}),
-         ("polling, pinned", {"GRPO_CTRL_DIST_PIN": "1"}))
+# the 2-process competitors: (name, environment for the workers): whether each rank is
+# bound to its own CPU (GRPO_CTRL_DIST_PIN) and how it waits in a collective
+TWO = (("pinned", {"GRPO_CTRL_DIST_PIN": "1"}), ("unpinned", {"GRPO_CTRL_DIST_PIN": "0"}),
+       ("pinned, sleeping", {"GRPO_CTRL_DIST_PIN": "1", "GRPO_CTRL_DIST_SPIN_MS": "0"}))
 
 
 def config(iterations: int, num_starts: int = 32):
@@ -83,46 +87,72 @@ def steps_per_iteration(cfg) -> int:
 
 # ------------------------------------------------------------ 1. throughput
 def _timed_training(out_dir: str, cfg) -> None:
-    stamps = []
-    train("pendulum", "gym", cfg, None, progress=False, on_iteration=lambda trainer, row:
-          stamps.append((time.perf_counter(), time.process_time(), trainer.ranks.collectives,
-                         trainer.ranks.waited_s)))
-    with open(os.path.join(out_dir, f"{Ranks.current().rank}.json"), "w") as fh:
-        json.dump(stamps, fh)
+    stamps, arrivals = [], []
+    ranks = Ranks.current()
+    wait = ranks._wait
+
+    def arrive_and_wait(work) -> None:  # when this rank reached each collective
+        arrivals.append(time.perf_counter())  # CLOCK_MONOTONIC: one clock for all processes
+        wait(work)
+
+    ranks._wait = arrive_and_wait
+    train("pendulum", "gym", cfg, None, progress=False, ranks=ranks,
+          on_iteration=lambda trainer, row: stamps.append(
+              (time.perf_counter(), time.process_time(), trainer.ranks.collectives,
+               trainer.ranks.waited_s, resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
+               torch.get_num_threads())))
+    with open(os.path.join(out_dir, f"{ranks.rank}.json"), "w") as fh:
+        json.dump({"stamps": stamps, "arrivals": arrivals}, fh)
 
 
-def throughput(nproc: int, iterations: int, num_starts: int, env: dict | None = None) -> dict:
+def throughput(nproc: int, iterations: int, num_starts: int, env: dict | None = None,
+               heap: str = "kept") -> dict:
     """Iterations/s and steps/s of one run with nproc processes, timed on
     rank 0 from the end of the first iteration (start-up excluded) to the
     end of the next-to-last (the last one includes an evaluation); the CPU
     seconds per iteration of the busiest rank, which load from other work
     changes little: one process's over it is the ratio the run would reach
     with a core per rank and free communication; rank 0's collectives per
-    iteration and its wall time in them. ``env``: variables set for the
-    workers (GRPO_CTRL_DIST_SPIN_MS, GRPO_CTRL_DIST_PIN), restored after."""
+    iteration and its wall time in them; the busiest process's minor page
+    faults per iteration; with several ranks, how much later than the first
+    the last rank reached each collective, summed over an iteration's
+    collectives (the time the others waited for it). ``env``: variables set
+    for the workers (GRPO_CTRL_DIST_SPIN_MS, GRPO_CTRL_DIST_PIN), restored
+    after. ``heap``: ``kept`` as the trainer sets it (grpo_ctrl/heap.py), or
+    ``glibc``'s default thresholds, as before December 1 (the workers are forked
+    from this process, whose allocator the throughput runs leave as it is)."""
     cfg = config(iterations, num_starts)
     env = env or {}
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)  # the forked workers read it
+    if heap == "glibc":
+        grpo.keep_freed_memory = lambda: False  # the forked workers inherit the patch
     try:
         with tempfile.TemporaryDirectory() as tmp:
             distributed.launch(nproc, _timed_training, (tmp, cfg))
-            stamps = [json.load(open(os.path.join(tmp, f"{r}.json"))) for r in range(nproc)]
+            runs = [json.load(open(os.path.join(tmp, f"{r}.json"))) for r in range(nproc)]
     finally:
+        grpo.keep_freed_memory = keep_freed_memory
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+    stamps = [run["stamps"] for run in runs]
     n = iterations - 2
     first, last = stamps[0][0], stamps[0][-2]
+    # every rank takes part in the same collectives in the same order
+    arrivals = np.array([run["arrivals"][first[2]:last[2]] for run in runs])
     its = n / (last[0] - first[0])
     return {"nproc": nproc, "iterations_per_s": its,
             "optimiser_steps_per_s": its * cfg.epochs * cfg.minibatches,
             "sim_steps_per_s": its * steps_per_iteration(cfg),
             "cpu_s_per_iteration": max(s[-2][1] - s[0][1] for s in stamps) / n,
             "collectives_per_iteration": (last[2] - first[2]) / n,
-            "collective_s_per_iteration": (last[3] - first[3]) / n}
+            "collective_s_per_iteration": (last[3] - first[3]) / n,
+            "faults_per_iteration": max(s[-2][4] - s[0][4] for s in stamps) / n,
+            "threads": sorted({row[5] for s in stamps for row in s}),
+            "arrival_spread_s_per_iteration": float((arrivals.max(0) - arrivals.min(0)).sum()) / n}
 
 
 # ------------------------------------------------------------ 2. cost model
@@ -187,42 +217,59 @@ def predict(n: int, branches: int, a: float, b: float, latency: float, bandwidth
             + small_reduces * gathered_sum(n, 256, latency, bandwidth))
 
 
-def compare_throughput(report: dict, iterations: int, rounds: int, cases=CASES) -> None:
+def compare_throughput(report: dict, iterations: int, rounds: int, cases=CASES,
+                       competitors=TWO, heaps=("kept",)) -> None:
     report["throughput"] = {}
     print(f"1. throughput, pendulum, 8 branches x 64 steps per start state, overlap off, "
-          f"{iterations} iterations per run, {report['cores']} cores; 2 processes polling "
-          f"(the trainer's default), sleeping in each collective, and polling pinned to a CPU "
-          f"each")
+          f"{iterations} iterations per run, {report['cores']} cores; 2 processes: "
+          + ", ".join(name for name, _ in competitors) + " (the trainer's default: pinned "
+          f"{'here' if distributed.pin_ranks(2) else 'only with 2 CPUs'}; polling each "
+          f"collective unless sleeping); heap: " + ", ".join(heaps) + "; every other round "
+          "runs them in reverse order")
+    # the runs of a round: (name, processes, environment, heap), a competitor's name with
+    # the heap it ran with unless the trainer's (kept)
+    runs = []
+    for heap in heaps:
+        suffix = "" if heap == "kept" else f", {heap} heap"
+        runs += [("1 process" + suffix, 1, {}, heap)]
+        runs += [("2 processes, " + two + suffix, 2, env, heap) for two, env in competitors]
+    twos = [run[0] for run in runs if run[1] == 2]
     for name, one_starts, two_starts in cases:
         pairs = []
         for r in range(rounds):
             load = os.getloadavg()[0]
-            one = throughput(1, iterations, one_starts)
-            result = {"one": one, "load": load}
-            line = (f"  {name}, round {r + 1} (load {load:.1f}): 1 process "
-                    f"{one['sim_steps_per_s'] / 1e6:.2f} M steps/s, "
-                    f"{one['iterations_per_s']:.1f} updates/s")
-            for wait, env in WAITS:
-                two = throughput(2, iterations, two_starts, env)
-                result[wait] = {**two, "ratio": two["sim_steps_per_s"] / one["sim_steps_per_s"],
-                                "cpu_ratio": (two_starts / two["cpu_s_per_iteration"])
-                                / (one_starts / one["cpu_s_per_iteration"])}
-                line += (f"\n    2 processes, {wait}: {two['sim_steps_per_s'] / 1e6:.2f} M steps/s,"
-                         f" {two['iterations_per_s']:.1f} updates/s | "
-                         f"{result[wait]['ratio']:.2f}x wall, {result[wait]['cpu_ratio']:.2f}x "
-                         f"by CPU time | {two['collectives_per_iteration']:.1f} collectives, "
-                         f"{two['collective_s_per_iteration'] * 1e3:.1f} ms in them per "
-                         f"iteration")
-            pairs.append(result)
+            # what ran first had the machine in another state: alternate the order
+            result = {run_name: throughput(nproc, iterations,
+                                           one_starts if nproc == 1 else two_starts, env, heap)
+                      for run_name, nproc, env, heap in (runs[::-1] if r % 2 else runs)}
+            line = f"  {name}, round {r + 1} (load {load:.1f})"
+            for run_name, nproc, _, heap in runs:
+                got = result[run_name]
+                line += (f"\n    {run_name}: {got['sim_steps_per_s'] / 1e6:.2f} M steps/s, "
+                         f"{got['iterations_per_s']:.1f} updates/s")
+                if nproc == 2:
+                    one = result["1 process" + ("" if heap == "kept" else f", {heap} heap")]
+                    got["ratio"] = got["sim_steps_per_s"] / one["sim_steps_per_s"]
+                    got["cpu_ratio"] = ((two_starts / got["cpu_s_per_iteration"])
+                                        / (one_starts / one["cpu_s_per_iteration"]))
+                    line += (f" | {got['ratio']:.2f}x wall, {got['cpu_ratio']:.2f}x by CPU time | "
+                             f"{got['collectives_per_iteration']:.1f} collectives, "
+                             f"{got['collective_s_per_iteration'] * 1e3:.1f} ms in them, the "
+                             f"last rank {got['arrival_spread_s_per_iteration'] * 1e3:.1f} ms "
+                             f"after the first")
+                line += (f", {got['faults_per_iteration']:.0f} page faults per iteration, torch "
+                         f"threads {got['threads']}")
+            pairs.append({"load": load, **result})
             print(line, flush=True)
         summary = {"rounds": pairs}
-        for wait, _ in WAITS:
-            summary[wait] = {key: float(np.median([p[wait][key] for p in pairs]))
-                             for key in ("ratio", "cpu_ratio")}
+        for two_name in twos:
+            summary[two_name] = {key: float(np.median([p[two_name][key] for p in pairs]))
+                                 for key in ("ratio", "cpu_ratio")}
         report["throughput"][name] = summary
         print(f"  {name}: median " + ", ".join(
-            f"{wait} {summary[wait]['ratio']:.2f}x wall, {summary[wait]['cpu_ratio']:.2f}x by CPU "
-            f"time" for wait, _ in WAITS) + f" (goal >= {GOAL_RATIO}x)")
+            f"{two_name.removeprefix('2 processes, ')} {summary[two_name]['ratio']:.2f}x wall, "
+            f"{summary[two_name]['cpu_ratio']:.2f}x by CPU time" for two_name in twos)
+            + f" (goal >= {GOAL_RATIO}x)")
 
 
 def cost_model(report: dict, iterations: int, repeats: int) -> None:
@@ -288,6 +335,12 @@ def main() -> int:
     ap.add_argument("--only", choices=("throughput", "model"), help="run one part")
     ap.add_argument("--case", action="append", choices=[c[0] for c in CASES],
                     help="throughput only for this batch case (repeatable; default: all)")
+    ap.add_argument("--two", action="append", choices=[c[0] for c in TWO],
+                    help="throughput only for this 2-process competitor (repeatable; default: "
+                         "all)")
+    ap.add_argument("--heap", choices=("kept", "glibc", "both"), default="kept",
+                    help="the trainer's kept heap (grpo_ctrl/heap.py), glibc's default "
+                         "thresholds (the trainer before December 1), or both side by side")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     iterations, rounds, repeats = (15, 2, 20) if args.quick else (args.iterations, args.rounds, 100)
@@ -295,7 +348,9 @@ def main() -> int:
     report = {"load_before": os.getloadavg(), "cores": len(os.sched_getaffinity(0))}
     if args.only != "model":
         compare_throughput(report, iterations, rounds,
-                           [c for c in CASES if not args.case or c[0] in args.case])
+                           [c for c in CASES if not args.case or c[0] in args.case],
+                           [c for c in TWO if not args.two or c[0] in args.two],
+                           ("kept", "glibc") if args.heap == "both" else (args.heap,))
     if args.only != "throughput":
         cost_model(report, iterations, repeats)
     if args.json:

@@ -21,7 +21,9 @@ waited for by polling, yielding the CPU between polls, for up to
 ``GRPO_CTRL_DIST_SPIN_MS`` (default 5) before sleeping, or until other work
 wants the core: on a virtual machine a rank whose core goes idle in every
 collective pays the hypervisor's wake-up several times per message
-(docs/distributed.md §5).
+(docs/distributed.md §5). Workers as many as the machine's CPUs are each
+bound to one (``pin_ranks``): a rank's gloo threads then wake on its CPU,
+never on another rank's.
 
 With one process no process group exists and every reduction below is the
 identity: the trainer computes exactly what it computed before, bit for bit.
@@ -269,6 +271,9 @@ def run_from_env(worker, args: tuple = ()) -> None:
     as torchrun described in the environment (MASTER_ADDR, MASTER_PORT,
     RANK, WORLD_SIZE)."""
     spin_seconds()  # a bad setting stops every rank before any work
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))  # this machine's workers (torchrun)
+    if local and pin_ranks(local):
+        _bind_to_cpu(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("gloo", init_method="env://", timeout=collective_timeout())
     try:
         worker(*args)
@@ -280,24 +285,36 @@ class WorkerFailed(RuntimeError):
     """A local worker died or raised; the others were stopped."""
 
 
-def pin_ranks() -> bool:
-    """Whether local workers are each bound to one CPU: GRPO_CTRL_DIST_PIN=1
-    (0 or unset: not). A rank and the gloo threads it starts then stay on
-    their CPU and do not land on the other rank's between messages; on this
-    2-core VM that lifted the 2-process throughput by ~0.1x (docs/distributed.md
-    §5). Off by default: with the overlap collector, or with other work on the
-    machine, a rank's collector and neighbours would share its one CPU."""
-    text = os.environ.get("GRPO_CTRL_DIST_PIN", "0")
-    if text not in ("0", "1"):
-        raise UserError(f"GRPO_CTRL_DIST_PIN={text!r} is neither 0 nor 1; unset it (not pinned) "
-                        "or set 1 to bind each local worker to its own CPU")
+def pin_ranks(nproc: int) -> bool:
+    """Whether ``nproc`` workers on this machine (``--nproc``, or torchrun's
+    LOCAL_WORLD_SIZE) are each bound to one CPU:
+    GRPO_CTRL_DIST_PIN=1 always, 0 never, unset (or ``auto``) when they are as
+    many as the CPUs this process may use. A rank and the gloo threads it
+    starts then stay on their CPU and do not land on the other ranks' between
+    messages: on this 2-core VM the ranks' arrival at a collective differed by
+    ~0.3 ms pinned, and by 5-6 ms in runs of iterations unpinned
+    (docs/distributed.md §5). With fewer workers than CPUs, a pinned rank could
+    not move off a CPU that other work took, so they stay free unless asked."""
+    text = os.environ.get("GRPO_CTRL_DIST_PIN", "auto")
+    if text not in ("0", "1", "auto"):
+        raise UserError(f"GRPO_CTRL_DIST_PIN={text!r} is neither 0, 1 nor auto; unset it (pinned "
+                        "when there are as many workers as CPUs), 1 to bind each local worker "
+                        "to its own CPU, 0 not to")
+    if text == "auto":
+        return hasattr(os, "sched_getaffinity") and nproc == len(os.sched_getaffinity(0))
     return text == "1"
 
 
+def _bind_to_cpu(local_rank: int) -> None:
+    """Bind this process to its own CPU, before gloo starts its threads, so
+    that they inherit it."""
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[local_rank % len(cpus)]})
+
+
 def _run_rank(rank: int, world: int, port: int, worker, args: tuple) -> None:
-    if pin_ranks():  # before gloo starts its threads, so that they inherit the CPU
-        cpus = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+    if pin_ranks(world):
+        _bind_to_cpu(rank)
     timeout = collective_timeout()
     store = dist.TCPStore("127.0.0.1", port, world + 1, is_master=False, timeout=timeout)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
@@ -313,7 +330,7 @@ def launch(nproc: int, worker, args: tuple = ()) -> None:
     If one dies or raises, the others are stopped and WorkerFailed says which
     and why in one line."""
     spin_seconds()  # a bad setting is refused before any worker starts
-    pin_ranks()
+    pin_ranks(nproc)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback, whatever the hostname says
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)  # we say it once
     store = dist.TCPStore("127.0.0.1", 0, nproc + 1, is_master=True, wait_for_workers=False,

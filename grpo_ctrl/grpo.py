@@ -39,6 +39,7 @@ import torch  # noqa: E402
 from grpo_ctrl.distributed import Ranks
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo_config import GRPOConfig, check_config
+from grpo_ctrl.heap import keep_freed_memory
 from grpo_ctrl.overlap import OverlapCollector
 from grpo_ctrl.policy import GaussianPolicy, gaussian_log_prob, log_tanh_jacobian
 from grpo_ctrl.randomize import Randomization
@@ -422,6 +423,9 @@ class Trainer:
     def __init__(self, cfg: GRPOConfig, system: str, preset: str, ranks: Ranks | None = None,
                  randomize: Randomization | None = None):
         check_config(cfg)
+        # every iteration frees and allocates the same large tensors: keep the pages rather
+        # than fault them in again (thousands of faults per iteration otherwise; heap.py)
+        keep_freed_memory()
         self.ranks = ranks = ranks or Ranks.current()
         if cfg.overlap and ranks.world > 1:
             raise UserError("overlap and data-parallel training both want the spare cores: "

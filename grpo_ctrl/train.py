@@ -359,7 +359,7 @@ def run(args) -> int:
                             "cores: drop --overlap (one rank per core is faster)")
         cfg.overlap = False
         Ranks(0, world).local_config(cfg)  # each rank's share is whole and valid
-        distributed.pin_ranks()  # a bad GRPO_CTRL_DIST_PIN, before the run folder
+        distributed.pin_ranks(world)  # a bad GRPO_CTRL_DIST_PIN, before the run folder
     with StopSignals() as signals:  # before the fork: every rank inherits it
         work = (system, preset, cfg, out, args.resume, not args.quiet, randomize,
                 lambda: signals.received is not None)

@@ -202,14 +202,32 @@ def _affinity_worker(out_dir: str) -> None:
         json.dump(cpus, fh)
 
 
-def test_pinned_ranks_and_their_threads_each_keep_one_cpu(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRPO_CTRL_DIST_PIN", "1")
-    distributed.launch(2, _affinity_worker, (str(tmp_path),))
+@pytest.mark.parametrize("pin", ["1", None])
+def test_pinned_ranks_and_their_threads_each_keep_one_cpu(tmp_path, monkeypatch, pin):
+    """GRPO_CTRL_DIST_PIN=1 pins; unset, 2 workers are pinned where there are 2 CPUs."""
+    if pin is None:
+        monkeypatch.delenv("GRPO_CTRL_DIST_PIN", raising=False)
+    else:
+        monkeypatch.setenv("GRPO_CTRL_DIST_PIN", pin)
     cpus = sorted(os.sched_getaffinity(0))
+    distributed.launch(2, _affinity_worker, (str(tmp_path),))
+    pinned = pin == "1" or len(cpus) == 2
     for r in (0, 1):
         seen = json.loads((tmp_path / f"rank{r}.json").read_text())
         assert len(seen) > 1  # the rank's own thread and gloo's
-        assert all(c == [cpus[r % len(cpus)]] for c in seen.values())
+        assert all(c == ([cpus[r % len(cpus)]] if pinned else cpus) for c in seen.values())
+
+
+def test_ranks_are_pinned_by_default_only_when_as_many_as_the_cpus(monkeypatch):
+    cpus = len(os.sched_getaffinity(0))
+    monkeypatch.delenv("GRPO_CTRL_DIST_PIN", raising=False)
+    assert distributed.pin_ranks(cpus) and not distributed.pin_ranks(cpus + 1)
+    monkeypatch.setenv("GRPO_CTRL_DIST_PIN", "auto")
+    assert distributed.pin_ranks(cpus) and not distributed.pin_ranks(cpus + 1)
+    monkeypatch.setenv("GRPO_CTRL_DIST_PIN", "0")
+    assert not distributed.pin_ranks(cpus)
+    monkeypatch.setenv("GRPO_CTRL_DIST_PIN", "1")
+    assert distributed.pin_ranks(cpus + 1)
 
 
 def _children(pid: int) -> list[int]:
