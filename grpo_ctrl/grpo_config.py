@@ -139,7 +139,9 @@ SYSTEM_DEFAULTS = {
     # -6.6, -7.3, -11.5 with it; docs/grpo.md §9, fourth pass);
     # log std from the floor, and saturated loss steps without advantage: 2,400 iterations,
     # seeds 0-2, paired: +1.23, +1.43, +1.37 (s.e. 0.5-0.6 each) on the default before,
-    # -7.0 below the optimum against -8.4, most of it on the hanging starts (fifth pass)
+    # -7.0 below the optimum against -8.4, most of it on the hanging starts; with overlap
+    # +0.72, -0.07, +0.19 (no difference); at 9,600 iterations +2.4 to +5.1 on every seed
+    # (seed 1 with overlap: -4.8 against -8.7): long runs no longer stall (fifth pass)
     ("pendulum", "gym"): {"gamma": 0.99, "adv_scale": "none", "log_std_min": -0.5,
                           "log_std_init": -0.5, "saturated": 3.0},
     # 200 Hz control: hold training actions for 4 steps (50 Hz decisions, 2 s horizon)
