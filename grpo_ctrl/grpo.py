@@ -184,6 +184,32 @@ def correlated_noise(horizon: int, branches: int, rho: float,
     return out
 
 
+def saturated(mu: torch.Tensor, log_std: torch.Tensor, bound: float) -> torch.Tensor:
+    """Steps whose squashed command hardly depends on the noise: |mu| - 2 sigma > bound
+    before the tanh, so that 97.7 % of the samples give a command within 1 - tanh(bound)
+    of full scale (bound 3: 0.5 %). Their outcome cannot depend on the noise drawn
+    there, yet their score (z - mu) / sigma^2 is as large as anywhere: in the policy
+    gradient they add variance and no signal (the hanging swing-up decides at one or two
+    unsaturated steps among 32, docs/grpo.md §9, fifth pass)."""
+    return (mu.abs() - 2.0 * torch.exp(log_std)) > bound
+
+
+def noise_window(noise: torch.Tensor, loss_steps: int, width: int,
+                 gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Common random numbers within each group: noise (H, groups, G) -> the same, with
+    every branch of a group given branch 0's noise except in one window of ``width``
+    consecutive loss steps, its start uniform in [0, loss_steps - width] per group; and
+    ``inside`` (groups, loss_steps), true in the window. The branches of a group then
+    differ only by the noise of their window, so their return differences measure what
+    those few steps did (a swing-up decided at one switching step is not drowned by the
+    noise of 31 others), and only the window's steps carry an advantage."""
+    H, groups, _ = noise.shape
+    start = torch.randint(0, loss_steps - width + 1, (groups,), generator=gen)
+    t = torch.arange(H)[:, None]
+    inside = (t >= start) & (t < start + width)  # (H, groups)
+    return torch.where(inside[:, :, None], noise, noise[:, :, :1]), inside[:loss_steps].T
+
+
 def adapt_clip(eps_scale: float, kl: float, target: float) -> float:
     """Adaptive trust region: widen the clip range when the measured
     KL(pi_old || pi) is under half the target, narrow it when over twice."""
@@ -209,7 +235,7 @@ class Batch:
     entropy: float           # Monte-Carlo entropy of the squashed action distribution
     raw_obs: torch.Tensor    # (B*H, nobs) raw observations, for the running normaliser
     raw_loss_obs: torch.Tensor  # (B, L, nobs) raw observations of the loss steps, for pi_ref
-    log_std_old: torch.Tensor   # pi_old's log std
+    log_std_old: torch.Tensor   # pi_old's log std: (1,), or (B, L) per state (state_std)
     collect_s: float = 0.0      # wall time the collection took
     sim_steps: int = 0          # simulator steps taken by the rollout pool so far, this batch's included
 
@@ -247,15 +273,20 @@ class GroupRollout:
         mu = torch.empty(H, B)
         rewards = np.empty((H, B))
         alive = np.ones((H + 1, B), dtype=bool)  # alive[t]: not terminated before step t
-        std = float(torch.exp(policy.log_std))
-        noise = correlated_noise(H, B, cfg.noise_corr, gen) * std
+        log_std = torch.empty(H, B) if policy.std_head is not None else policy.log_std.detach()
+        noise = correlated_noise(H, B, cfg.noise_corr, gen)  # in units of the std
+        if cfg.noise_window > 0:
+            shared, window = noise_window(noise.view(H, n, g), L, cfg.noise_window, gen)
+            noise = shared.reshape(H, B)
         if cfg.continuation == "policy":
             noise.view(H, n, g)[:, :, 0] = 0.0  # branch 0 follows the mean action
         last_act = None
         for t in range(H):
             raw[t] = torch.from_numpy(obs_np)
-            mu[t] = policy.mu(policy.normalise(raw[t]))
-            z[t] = mu[t] + noise[t]
+            mu[t], ls = policy.dist(policy.normalise(raw[t]))
+            if policy.std_head is not None:
+                log_std[t] = ls
+            z[t] = mu[t] + noise[t] * torch.exp(ls)
             act = policy.u_max * np.tanh(z[t].numpy())  # np.tanh: torch.tanh is slow here
             rewards[t] = 0.0
             if cfg.w_du > 0 and last_act is not None:  # the action-rate penalty
@@ -277,6 +308,8 @@ class GroupRollout:
                             [:, :, None], L, axis=2)
         else:
             adv = group_advantages(rtg[:, :, :L], cfg.adv_scale, batch_std=self.batch_std)
+        if cfg.noise_window > 0:  # outside its window a step's noise is the group's own
+            adv = adv * window.numpy()[:, None, :]
         mask = alive[:L].T.reshape(n, g, L).astype(np.float32)
         if cfg.continuation == "policy":
             mask[:, 0, :] = 0.0  # the mean-action branch is not a sample of pi
@@ -291,14 +324,17 @@ class GroupRollout:
         # the loss steps, branch-major
         zl = z[:L].T.contiguous()
         mul = mu[:L].T.contiguous()
-        logp_old = gaussian_log_prob(zl, mul, policy.log_std.detach())
+        log_std_old = log_std[:L].T.contiguous() if log_std.dim() == 2 else log_std.clone()
+        logp_old = gaussian_log_prob(zl, mul, log_std_old)
         mask_t = torch.from_numpy(mask.reshape(B, L))
         logp_squashed = logp_old - log_tanh_jacobian(zl, policy.u_max)
         entropy = -float((logp_squashed * mask_t).sum() / mask_t.sum().clamp(min=1.0))
         obs_l = policy.normalise(raw[:L].transpose(0, 1)).contiguous()
-        return Batch(obs=obs_l, z=zl, logp_old=logp_old, mu_old=mul,
-                     log_std_old=policy.log_std.detach().clone(),
-                     adv=torch.from_numpy(adv.reshape(B, L)).float(),
+        adv_t = torch.from_numpy(adv.reshape(B, L)).float()
+        if cfg.saturated > 0:
+            adv_t = adv_t * ~saturated(mul, log_std_old, cfg.saturated)
+        return Batch(obs=obs_l, z=zl, logp_old=logp_old, mu_old=mul, log_std_old=log_std_old,
+                     adv=adv_t,
                      mask=mask_t, returns=returns,
                      entropy=entropy, raw_obs=raw.reshape(H * B, nobs),
                      raw_loss_obs=raw[:L].transpose(0, 1),
@@ -317,16 +353,17 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
     then zeroed in place rather than dropped, so that they stay in the flat
     buffer it reduces (grpo_ctrl/distributed.py)."""
     B, L = batch.z.shape
-    log_std_old = batch.log_std_old
+    per_state = batch.log_std_old.dim() == 2
     grad_norms, clip_lo, clip_hi = [], [], []
     for _ in range(cfg.epochs):
         perm = torch.randperm(B, generator=gen)
         for idx in perm.chunk(cfg.minibatches):
-            mu = policy.mu(batch.obs[idx])
-            logp = gaussian_log_prob(batch.z[idx], mu, policy.log_std)
+            mu, log_std = policy.dist(batch.obs[idx])
+            log_std_old = batch.log_std_old[idx] if per_state else batch.log_std_old
+            logp = gaussian_log_prob(batch.z[idx], mu, log_std)
             ratio = torch.exp(logp - batch.logp_old[idx])
             adv, mask = batch.adv[idx], batch.mask[idx]
-            kl = (gaussian_kl(batch.mu_old[idx], log_std_old, mu, policy.log_std)
+            kl = (gaussian_kl(batch.mu_old[idx], log_std_old, mu, log_std)
                   if cfg.trust_region == "kl_mask" else None)
             per_step = -surrogate(cfg.trust_region, ratio, logp, adv, eps_low, eps_high,
                                   z=batch.z[idx], mu_old=batch.mu_old[idx],
@@ -334,8 +371,8 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
                                   kl_bound=cfg.kl_target)
             if cfg.beta > 0 and ref is not None:
                 with torch.no_grad():
-                    mu_ref = ref.mu(ref.normalise(batch.raw_loss_obs[idx]))
-                    logp_ref = gaussian_log_prob(batch.z[idx], mu_ref, ref.log_std)
+                    mu_ref, log_std_ref = ref.dist(ref.normalise(batch.raw_loss_obs[idx]))
+                    logp_ref = gaussian_log_prob(batch.z[idx], mu_ref, log_std_ref)
                 per_step = per_step + cfg.beta * k3_kl(logp, logp_ref)
             loss = aggregate_loss(per_step, mask, cfg.loss_agg, L)
             if cfg.w_smooth > 0:
@@ -355,15 +392,15 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
             clip_lo.append(lo)
             clip_hi.append(hi)
     with torch.no_grad():  # how far the update moved, exactly: KL(pi_old || pi), KL(pi || pi_ref)
-        mu = policy.mu(batch.obs)
+        mu, log_std = policy.dist(batch.obs)
         m = batch.mask
         n = m.sum().clamp(min=1.0)
-        kl_old = float((gaussian_kl(batch.mu_old, log_std_old,
-                                    mu, policy.log_std) * m).sum() / n)
+        kl_old = float((gaussian_kl(batch.mu_old, batch.log_std_old,
+                                    mu, log_std) * m).sum() / n)
         kl_ref = 0.0
         if ref is not None:
-            mu_ref = ref.mu(ref.normalise(batch.raw_loss_obs))
-            kl_ref = float((gaussian_kl(mu, policy.log_std, mu_ref, ref.log_std) * m).sum() / n)
+            mu_ref, log_std_ref = ref.dist(ref.normalise(batch.raw_loss_obs))
+            kl_ref = float((gaussian_kl(mu, log_std, mu_ref, log_std_ref) * m).sum() / n)
     return {"grad_norm": float(np.mean(grad_norms)), "clip_low": float(np.mean(clip_lo)),
             "clip_high": float(np.mean(clip_hi)), "kl_old": kl_old, "kl_ref": kl_ref}
 
@@ -371,6 +408,12 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
 # =====================================================================
 # The trainer.
 # =====================================================================
+def make_policy(cfg: GRPOConfig, spec) -> GaussianPolicy:
+    """The untrained policy a run of ``cfg`` on plant ``spec`` starts from."""
+    return GaussianPolicy(spec.nobs, spec.u_max, cfg.hidden, cfg.layers, cfg.activation,
+                          cfg.log_std_init, cfg.state_std, cfg.log_std_min)
+
+
 class Trainer:
     """One GRPO run: policy, optimiser, reference policy, rollout pool.
     ``ranks``: this process's place in data-parallel training (default: the
@@ -395,8 +438,7 @@ class Trainer:
         self.rollout = GroupRollout(local, system, preset, ranks.seed(cfg.seed), ranks.batch_std,
                                     self.randomize)
         self.spec = self.rollout.spec
-        self.policy = GaussianPolicy(self.spec.nobs, self.spec.u_max, cfg.hidden, cfg.layers,
-                                     cfg.activation, cfg.log_std_init)
+        self.policy = make_policy(cfg, self.spec)
         self.opt = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr)
         self.ref = copy.deepcopy(self.policy) if cfg.beta > 0 else None
         self.eval_seed = 1_000_003 + cfg.seed  # the same start states at every evaluation
@@ -413,8 +455,7 @@ class Trainer:
             spec = self.spec
             self._collector = OverlapCollector(
                 lambda: GroupRollout(cfg, system, preset, cfg.seed, randomize=self.randomize),
-                lambda: GaussianPolicy(spec.nobs, spec.u_max, cfg.hidden, cfg.layers,
-                                       cfg.activation),
+                lambda: make_policy(cfg, spec),
                 cfg.seed)
 
     def _batch(self) -> Batch:
@@ -466,7 +507,8 @@ class Trainer:
         if self.ref is not None and self.iteration % cfg.ref_refresh == 0:
             self.ref = copy.deepcopy(self.policy)
         return {"iteration": self.iteration, **stats,
-                "log_std": float(self.policy.log_std.detach()),
+                "log_std": float(self.policy.log_std.detach()) if self.policy.std_head is None
+                else float((batch.log_std_old * batch.mask).sum() / batch.mask.sum()),
                 "lr": self.opt.param_groups[0]["lr"],
                 "eps_low": eps_low, "eps_high": eps_high,
                 "sim_steps": batch.sim_steps * self.ranks.world,

@@ -2,7 +2,9 @@
 
 Distribution. The network maps normalised observations to the mean ``mu`` of
 a Gaussian over a pre-squash action ``z``; the standard deviation
-``exp(log_std)`` is one learned number, state-independent. The actuator
+``exp(log_std)`` is one learned number, state-independent, or (``state_std``)
+that number plus a second output of the network's last hidden layer, so the
+noise can differ from state to state. The actuator
 command is the tanh-squashed sample ``a = u_max * tanh(z)``, so it never
 leaves ``[-u_max, u_max]`` and the simulator's clip never bites. The density
 of ``a`` carries the change-of-variables Jacobian::
@@ -114,12 +116,22 @@ class GaussianPolicy(nn.Module):
     """The trained object: mean network, log_std, observation normaliser, u_max."""
 
     def __init__(self, nobs: int, u_max: float, hidden: int = 64, layers: int = 2,
-                 activation: str = "relu", log_std_init: float = 0.0):
+                 activation: str = "relu", log_std_init: float = 0.0, state_std: bool = False,
+                 log_std_min: float = -math.inf):
         super().__init__()
-        self.arch = {"nobs": nobs, "hidden": hidden, "layers": layers, "activation": activation}
+        self.arch = {"nobs": nobs, "hidden": hidden, "layers": layers, "activation": activation,
+                     "state_std": bool(state_std)}
         self.u_max = float(u_max)
         self.net = mlp(nobs, hidden, layers, activation)
         self.log_std = nn.Parameter(torch.full((1,), float(log_std_init)))
+        # state_std: log std(s) = log_std + std_head(last hidden layer), floored at log_std_min;
+        # zero at the start, so it begins as the state-independent policy. The deployed
+        # controller uses net alone.
+        self.std_head = nn.Linear(hidden, 1) if state_std else None
+        if self.std_head is not None:
+            nn.init.zeros_(self.std_head.weight)
+            nn.init.zeros_(self.std_head.bias)
+        self.log_std_min = float(log_std_min)
         self.obs_norm = RunningNorm(nobs)
         self.refresh_norm()
 
@@ -134,16 +146,29 @@ class GaussianPolicy(nn.Module):
         """Mean of z for normalised observations, shape (N,)."""
         return self.net(obs_normalised).squeeze(-1)
 
+    def dist(self, obs_normalised: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, log std) of z for normalised observations: shapes (N,) and
+        (N,), or (1,) for the state-independent std (it broadcasts)."""
+        if self.std_head is None:
+            return self.mu(obs_normalised), self.log_std
+        h = self.net[:-1](obs_normalised)
+        log_std = self.log_std + self.std_head(h).squeeze(-1)
+        return self.net[-1](h).squeeze(-1), log_std.clamp(min=self.log_std_min)
+
     # What acting needs, as numpy arrays: to hand the policy to another process
     # (pickling arrays is ~20x faster than pickling tensors).
     def numpy_state(self) -> dict:
         return {"net": {k: v.numpy() for k, v in self.net.state_dict().items()},
+                "std_head": {k: v.numpy() for k, v in self._std_head_state().items()},
                 "log_std": self.log_std.detach().numpy().copy(),
                 "obs_norm": {k: v.numpy() if isinstance(v, torch.Tensor) else v
                              for k, v in self.obs_norm.state_dict().items()}}
 
     def load_numpy_state(self, state: dict) -> None:
         self.net.load_state_dict({k: torch.from_numpy(v) for k, v in state["net"].items()})
+        if self.std_head is not None:
+            self.std_head.load_state_dict({k: torch.from_numpy(v)
+                                           for k, v in state["std_head"].items()})
         with torch.no_grad():
             self.log_std.copy_(torch.from_numpy(state["log_std"]))
         self.obs_norm.load_state_dict({k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
@@ -155,19 +180,26 @@ class GaussianPolicy(nn.Module):
         return {"format": CHECKPOINT_FORMAT, "arch": dict(self.arch), "u_max": self.u_max,
                 "system": spec.system, "preset": spec.preset, "config": dict(config),
                 "net": {k: v.clone() for k, v in self.net.state_dict().items()},
+                "std_head": {k: v.clone() for k, v in self._std_head_state().items()},
                 "log_std": self.log_std.detach().clone(), "obs_norm": self.obs_norm.state_dict(),
                 **(extra or {})}
 
     @classmethod
     def from_checkpoint(cls, ck: dict) -> "GaussianPolicy":
         p = cls(ck["arch"]["nobs"], ck["u_max"], ck["arch"]["hidden"], ck["arch"]["layers"],
-                ck["arch"]["activation"])
+                ck["arch"]["activation"], state_std=ck["arch"].get("state_std", False),
+                log_std_min=ck.get("config", {}).get("log_std_min", -math.inf))
         p.net.load_state_dict(ck["net"])
+        if p.std_head is not None:
+            p.std_head.load_state_dict(ck["std_head"])
         with torch.no_grad():
             p.log_std.copy_(ck["log_std"])
         p.obs_norm.load_state_dict(ck["obs_norm"])
         p.refresh_norm()
         return p
+
+    def _std_head_state(self) -> dict:
+        return self.std_head.state_dict() if self.std_head is not None else {}
 
     def controller(self, spec) -> "PolicyController":
         return PolicyController(self, spec)

@@ -8,8 +8,8 @@ import torch
 
 from grpo_ctrl.grpo import (adapt_clip, aggregate_loss, choose_continuation, clip_fractions,
                             clipped_surrogate, correlated_noise, discounted_returns, gaussian_kl,
-                            group_advantages, k3_kl, mean_command_smoothness,
-                            zero_spread_fraction)
+                            group_advantages, k3_kl, mean_command_smoothness, noise_window,
+                            saturated, zero_spread_fraction)
 from grpo_ctrl.policy import (GaussianPolicy, RunningNorm, gaussian_log_prob,
                              squashed_log_prob)
 
@@ -250,3 +250,47 @@ def test_mean_command_smoothness_by_hand():
         policy.net[0].weight.zero_()
         flat = policy.mu(obs)
         assert float(mean_command_smoothness(policy, obs, flat, mask, 0.5, gen)) == 0.0
+
+
+def test_saturated_steps_by_hand_and_by_sampling():
+    """|mu| - 2 sigma > bound: by hand, and then the defining property: at such a step
+    97.7 % of the sampled commands lie within 1 - tanh(bound) of full scale."""
+    mu = torch.tensor([4.3, -4.3, 4.2, 0.0, -10.0])
+    log_std = torch.log(torch.tensor([0.65, 0.65, 0.65, 0.65, 3.0]))
+    assert saturated(mu, log_std, 3.0).tolist() == [True, True, False, False, True]
+    z = 4.31 + 0.65 * torch.randn(200_000, generator=torch.Generator().manual_seed(0))
+    near_full = (torch.tanh(z) >= math.tanh(3.0)).float().mean()
+    assert float(near_full) == pytest.approx(0.977, abs=0.003)
+
+
+def test_noise_window_shares_a_groups_noise_outside_one_window():
+    noise = torch.randn(12, 500, 4, generator=torch.Generator().manual_seed(0))
+    shared, inside = noise_window(noise, 8, 3, torch.Generator().manual_seed(1))
+    assert inside.shape == (500, 8) and bool((inside.sum(1) == 3).all())
+    starts = inside.float().argmax(1)
+    assert set(starts.tolist()) == set(range(6))  # every start in [0, 8 - 3]
+    for t in range(12):
+        for j in (0, 7, 499):
+            if t < 8 and inside[j, t]:
+                assert torch.equal(shared[t, j], noise[t, j])  # the window: independent
+            else:
+                assert bool((shared[t, j] == noise[t, j, 0]).all())  # elsewhere: branch 0's
+
+
+def test_with_a_noise_window_branches_agree_until_it_and_only_it_carries_advantage():
+    """An independent check through the simulator: branches of one start that share
+    their noise take the same actions (so reach the same states) until their window."""
+    from grpo_ctrl.grpo import Trainer
+    from grpo_ctrl.grpo_config import GRPOConfig
+    tr = Trainer(GRPOConfig(num_starts=6, group_size=4, horizon=16, loss_steps=8, overlap=False,
+                            noise_window=2, time_budget=0.0, eval_every=1e9, seed=4),
+                 "pendulum", "gym")
+    batch = tr.rollout.collect(tr.policy, tr.gen)
+    z = batch.z.reshape(6, 4, 8)
+    carries = (batch.adv.reshape(6, 4, 8) != 0).any(1)  # (groups, steps)
+    for j in range(6):
+        steps = carries[j].nonzero().flatten().tolist()
+        assert len(steps) <= 2 and steps == list(range(steps[0], steps[0] + len(steps)))
+        before = steps[0]
+        assert torch.allclose(z[j, :, :before], z[j, :1, :before].expand(4, before))
+        assert not torch.allclose(z[j, :, before], z[j, :1, before].expand(4))

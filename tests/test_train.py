@@ -469,3 +469,51 @@ def test_an_iteration_limit_without_a_time_budget_shows_an_iteration_bar(tmp_pat
     assert "for 2 iterations" in err.out and "2/2" in err.err
     # no tqdm monitor thread left to take the GIL from a later control loop (grpo-ctrl demo)
     assert not [t for t in threading.enumerate() if type(t).__name__ == "TMonitor"]
+
+
+def test_per_state_noise_is_sampled_scored_and_saved_as_its_own_std(tmp_path):
+    """state_std: the exploration std is exp(log_std + a head on the last hidden layer),
+    floored; the batch's noise, its log-densities and the saved policy all use that per-state
+    std, checked against torch.distributions.Normal; the deployed controller is the mean."""
+    from grpo_ctrl.policy import GaussianPolicy, read_checkpoint, save_checkpoint
+    cfg = GRPOConfig(num_starts=4, group_size=4, horizon=16, loss_steps=8, overlap=False, seed=2,
+                     state_std=True, log_std_min=-1.0, **SHORT)
+    tr = Trainer(cfg, "pendulum", "gym")
+    for _ in range(3):
+        tr.step()
+    head = tr.policy.std_head
+    assert head.weight.abs().sum() > 0  # the update trains the head
+    with torch.no_grad():  # a head that spreads the std over states, half of them below the floor
+        head.weight.copy_(torch.linspace(-1.0, 1.0, head.weight.numel()).reshape(head.weight.shape))
+        spread = head(tr.policy.net[:-1](tr.rollout.collect(tr.policy, tr.gen).obs))
+        head.bias.sub_(spread.median() + 1.0 + tr.policy.log_std)
+    batch = tr.rollout.collect(tr.policy, tr.gen)
+    B, L = batch.z.shape
+    assert batch.log_std_old.shape == (B, L)
+    with torch.no_grad():  # the std from the hidden layer, by hand
+        hidden = tr.policy.net[:-1](batch.obs)
+        by_hand = (tr.policy.log_std + hidden @ head.weight.T + head.bias).squeeze(-1)
+        mu = tr.policy.net(batch.obs).squeeze(-1)
+    assert torch.allclose(batch.log_std_old, by_hand.clamp(min=-1.0), atol=1e-5)
+    assert (by_hand < -1.0).any() and (batch.log_std_old > -0.99).any()
+    assert torch.allclose(batch.mu_old, mu, atol=1e-5)
+    reference = torch.distributions.Normal(mu, batch.log_std_old.exp()).log_prob(batch.z)
+    assert torch.allclose(batch.logp_old, reference, atol=1e-4)
+    unit = (batch.z - batch.mu_old) / batch.log_std_old.exp()
+    assert 0.8 < float(unit.std()) < 1.2  # the noise scales with each state's std
+    tr.step()  # the update takes the per-state old log-densities
+    # saved and loaded: the same distribution; the controller acts on the mean alone
+    path = tmp_path / "p.pt"
+    save_checkpoint(tr.policy.checkpoint(tr.spec, vars(cfg)), path)
+    back = GaussianPolicy.from_checkpoint(read_checkpoint(path))
+    with torch.no_grad():
+        for a, b in zip(tr.policy.dist(batch.obs), back.dist(batch.obs)):
+            assert torch.equal(a, b)
+        obs = batch.raw_loss_obs.reshape(-1, batch.raw_loss_obs.shape[-1])
+        command = back.controller(tr.spec)(obs).squeeze(-1)
+        expected = tr.spec.u_max * torch.tanh(tr.policy.mu(tr.policy.normalise(obs)))
+    assert torch.allclose(command, expected, atol=1e-5)
+    copy = GaussianPolicy(tr.spec.nobs, tr.spec.u_max, state_std=True, log_std_min=-1.0)
+    copy.load_numpy_state(tr.policy.numpy_state())  # what the overlap collector receives
+    with torch.no_grad():
+        assert torch.equal(copy.dist(batch.obs)[1], tr.policy.dist(batch.obs)[1])
