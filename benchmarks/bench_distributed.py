@@ -228,10 +228,11 @@ def compare_throughput(report: dict, iterations: int, rounds: int, cases=CASES,
           "runs them in reverse order")
     # the runs of a round: (name, processes, environment, heap), a competitor's name with
     # the heap it ran with unless the trainer's (kept)
-    runs = []
+    runs, one_process = [], {}  # one_process: heap -> the name of its 1-process run
     for heap in heaps:
         suffix = "" if heap == "kept" else f", {heap} heap"
-        runs += [("1 process" + suffix, 1, {}, heap)]
+        one_process[heap] = "1 process" + suffix
+        runs += [(one_process[heap], 1, {}, heap)]
         runs += [("2 processes, " + two + suffix, 2, env, heap) for two, env in competitors]
     twos = [run[0] for run in runs if run[1] == 2]
     for name, one_starts, two_starts in cases:
@@ -248,7 +249,7 @@ def compare_throughput(report: dict, iterations: int, rounds: int, cases=CASES,
                 line += (f"\n    {run_name}: {got['sim_steps_per_s'] / 1e6:.2f} M steps/s, "
                          f"{got['iterations_per_s']:.1f} updates/s")
                 if nproc == 2:
-                    one = result["1 process" + ("" if heap == "kept" else f", {heap} heap")]
+                    one = result[one_process[heap]]
                     got["ratio"] = got["sim_steps_per_s"] / one["sim_steps_per_s"]
                     got["cpu_ratio"] = ((two_starts / got["cpu_s_per_iteration"])
                                         / (one_starts / one["cpu_s_per_iteration"]))
