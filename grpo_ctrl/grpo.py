@@ -210,6 +210,74 @@ def noise_window(noise: torch.Tensor, loss_steps: int, width: int,
     return torch.where(inside[:, :, None], noise, noise[:, :, :1]), inside[:loss_steps].T
 
 
+def group_moments(values: np.ndarray, group: np.ndarray,
+                  num_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and sample std (ddof 1) over each group of branches of unequal size:
+    values (B, ...) of branches, ``group`` (B,) the group of each, in
+    [0, num_groups) -> two arrays (num_groups, ...)."""
+    flat = values.reshape(len(group), -1)
+    count = np.bincount(group, minlength=num_groups).astype(np.float64)[:, None]
+    total = np.zeros((num_groups, flat.shape[1]))
+    np.add.at(total, group, flat)
+    mean = total / count
+    square = np.zeros_like(total)
+    np.add.at(square, group, (flat - mean[group]) ** 2)
+    shape = (num_groups, *values.shape[1:])
+    return mean.reshape(shape), np.sqrt(square / (count - 1.0)).reshape(shape)
+
+
+def ragged_group_advantages(rewards: np.ndarray, group: np.ndarray, num_groups: int,
+                            scale: str, eps: float = 1e-8, batch_std=None) -> np.ndarray:
+    """``group_advantages`` for groups of unequal size (two stages, ``screen_group``):
+    rewards (B, ...) of branches, ``group`` (B,) the group of each."""
+    mean, std = group_moments(rewards, group, num_groups)
+    centred = rewards - mean[group]
+    if scale == "none":
+        return centred
+    if scale == "group":
+        return centred / (std[group] + eps)
+    if scale == "batch":
+        spread = batch_std(rewards) if batch_std is not None else rewards.std(ddof=1)
+        return centred / (spread + eps)
+    raise ValueError(f"unknown advantage scale {scale!r}")
+
+
+def query_probabilities(spread: np.ndarray, k: int, floor: float) -> np.ndarray:
+    """Probabilities that each pool trajectory is among the k queries of an
+    iteration (prioritised queries, ``query_pool``): k x ((1 - floor) s_i / sum s +
+    floor / M), where s_i is the std of the returns of trajectory i's last group;
+    a probability above 1 is set to 1 and its excess shared among the others in
+    proportion, so that they sum to k. A trajectory not yet scored (nan: a fresh
+    start) counts as the largest spread known, so that it is scored soon; with no
+    spread known or all zero the draw is uniform. Prioritised level replay (Jiang et
+    al. 2021) scores a level by the spread of its returns likewise; the floor is
+    prioritised replay's uniform part (Schaul et al. 2016)."""
+    m = spread.size
+    known = spread[~np.isnan(spread)]
+    s = np.where(np.isnan(spread), known.max() if known.size else 1.0, spread)
+    share = s / s.sum() if s.sum() > 0 else np.full(m, 1.0 / m)
+    p = (1.0 - floor) * share + floor / m
+    pi, free = np.zeros(m), np.ones(m, dtype=bool)
+    while True:
+        pi[free] = (k - np.count_nonzero(~free)) * p[free] / p[free].sum()
+        over = free & (pi >= 1.0)
+        if not over.any():
+            return pi
+        pi[over], free[over] = 1.0, False
+
+
+def draw_queries(pi: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """k = sum(pi) distinct pool indices, in increasing order, index i drawn with
+    probability exactly pi_i (each <= 1): systematic sampling, points u, u + 1, ...,
+    u + k - 1 on the cumulated probabilities of the indices in a random order."""
+    k = int(round(pi.sum()))
+    order = rng.permutation(pi.size)
+    edges = np.cumsum(pi[order])
+    edges *= k / edges[-1]
+    points = (1.0 - rng.random()) + np.arange(k)  # u in (0, 1]
+    return np.sort(order[np.searchsorted(edges, points, side="left")])
+
+
 def adapt_clip(eps_scale: float, kl: float, target: float) -> float:
     """Adaptive trust region: widen the clip range when the measured
     KL(pi_old || pi) is under half the target, narrow it when over twice."""
@@ -231,7 +299,7 @@ class Batch:
     mu_old: torch.Tensor     # (B, L) pi_old's mean, for the exact KL diagnostic
     adv: torch.Tensor        # (B, L) advantages
     mask: torch.Tensor       # (B, L) 1 where the step is in the loss
-    returns: np.ndarray      # (N, G) discounted branch returns
+    returns: np.ndarray      # (N, G) discounted branch returns (screen_group: stage 1's)
     entropy: float           # Monte-Carlo entropy of the squashed action distribution
     raw_obs: torch.Tensor    # (B*H, nobs) raw observations, for the running normaliser
     raw_loss_obs: torch.Tensor  # (B, L, nobs) raw observations of the loss steps, for pi_ref
@@ -251,35 +319,56 @@ class GroupRollout:
         self.cfg = cfg
         self.batch_std = batch_std
         # a pool trajectory draws its plant at each reset; its branches copy it
-        self.pool = BatchSim(system, n, preset=preset, seed=seed, randomize=randomize)
-        self.group = BatchSim(system, n * g, preset=preset, seed=seed + 10_000,
-                              randomize=randomize)
+        self.pool = BatchSim(system, cfg.query_pool or n, preset=preset, seed=seed,
+                             randomize=randomize)
+        # the std of the returns of each pool trajectory's last group (nan: not yet queried)
+        self.spread = np.full(self.pool.num_envs, np.nan)
+        if cfg.screen_group:  # the two stages' group simulators
+            self.stages = [BatchSim(system, b, preset=preset, seed=seed + 10_000,
+                                    randomize=randomize) for b in (n * cfg.screen_group,
+                                                                   n * (g - cfg.screen_group))]
+        else:
+            self.group = BatchSim(system, n * g, preset=preset, seed=seed + 10_000,
+                                  randomize=randomize)
         self.snapshot = BatchSim(system, n * g, preset=preset, seed=seed + 20_000,
                                  randomize=randomize)
         self.spec = self.pool.spec
         self.rng = np.random.default_rng(seed)
         self.sim_steps = 0
 
-    @torch.no_grad()
-    def collect(self, policy: GaussianPolicy, gen: torch.Generator) -> Batch:
-        started = time.perf_counter()
-        cfg, n, g = self.cfg, self.cfg.num_starts, self.cfg.group_size
-        B, H, L = n * g, cfg.horizon, cfg.loss_steps
-        sim = self.pool.branch(np.arange(n), g, out=self.group)
+    def restart(self, seed: int) -> None:
+        """Fresh trajectories in the whole pool, from ``seed`` (a resumed run)."""
+        self.pool.reset(seed=seed)
+        self.spread[:] = np.nan
+
+    def _queries(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """The pool trajectories queried this iteration, and the importance weight of
+        each one's group (None: all queried, or no correction), the largest 1."""
+        cfg, n = self.cfg, self.cfg.num_starts
+        if not cfg.query_pool:
+            return np.arange(n), None
+        pi = query_probabilities(self.spread, n, cfg.query_floor)
+        queries = draw_queries(pi, self.rng)
+        if cfg.query_is == 0:
+            return queries, None
+        weight = (n / cfg.query_pool / pi[queries]) ** cfg.query_is
+        return queries, weight / weight.max()
+
+    def _roll(self, policy: GaussianPolicy, sim: BatchSim, noise: torch.Tensor,
+              snapshot_at: np.ndarray) -> tuple:
+        """Roll the branches of ``sim`` ``horizon`` decisions with ``noise`` (H, b),
+        in units of the std; at step ``loss_steps`` their states go to the snapshot
+        simulator's ``snapshot_at``. Returns the raw observations (H, b, nobs), z and mu
+        (H, b), the rewards (H, b), alive (H + 1, b) and the log std (per state: (H, b))."""
+        cfg = self.cfg
+        H, b = noise.shape
         obs_np = sim.observe()
-        nobs = obs_np.shape[1]
-        raw = torch.empty(H, B, nobs)
-        z = torch.empty(H, B)
-        mu = torch.empty(H, B)
-        rewards = np.empty((H, B))
-        alive = np.ones((H + 1, B), dtype=bool)  # alive[t]: not terminated before step t
-        log_std = torch.empty(H, B) if policy.std_head is not None else policy.log_std.detach()
-        noise = correlated_noise(H, B, cfg.noise_corr, gen)  # in units of the std
-        if cfg.noise_window > 0:
-            shared, window = noise_window(noise.view(H, n, g), L, cfg.noise_window, gen)
-            noise = shared.reshape(H, B)
-        if cfg.continuation == "policy":
-            noise.view(H, n, g)[:, :, 0] = 0.0  # branch 0 follows the mean action
+        raw = torch.empty(H, b, obs_np.shape[1])
+        z = torch.empty(H, b)
+        mu = torch.empty(H, b)
+        rewards = np.empty((H, b))
+        alive = np.ones((H + 1, b), dtype=bool)  # alive[t]: not terminated before step t
+        log_std = torch.empty(H, b) if policy.std_head is not None else policy.log_std.detach()
         last_act = None
         for t in range(H):
             raw[t] = torch.from_numpy(obs_np)
@@ -297,40 +386,120 @@ class GroupRollout:
                 obs_np, r, term, _ = sim.step(act)
                 rewards[t] += r * alive[t + 1]  # after termination a branch earns nothing
                 alive[t + 1] &= ~term
-            if t + 1 == L:  # the states trajectories continue from
-                self.snapshot.copy_envs(np.arange(B), sim, np.arange(B))
-        self.sim_steps += B * H * cfg.action_repeat
-        # scores and advantages
-        rtg = discounted_returns(rewards.T.reshape(n, g, H), cfg.gamma)  # (n, g, H)
-        returns = rtg[:, :, 0]
-        if cfg.reward_form == "outcome":
-            adv = np.repeat(group_advantages(returns, cfg.adv_scale, batch_std=self.batch_std)
-                            [:, :, None], L, axis=2)
-        else:
-            adv = group_advantages(rtg[:, :, :L], cfg.adv_scale, batch_std=self.batch_std)
-        if cfg.noise_window > 0:  # outside its window a step's noise is the group's own
-            adv = adv * window.numpy()[:, None, :]
-        mask = alive[:L].T.reshape(n, g, L).astype(np.float32)
+            if t + 1 == cfg.loss_steps:  # the states trajectories continue from
+                self.snapshot.copy_envs(snapshot_at, sim, np.arange(b))
+        return raw, z, mu, rewards, alive, log_std
+
+    def _two_stages(self, policy: GaussianPolicy, gen: torch.Generator,
+                    queries: np.ndarray) -> tuple:
+        """More branches where they disagree (``screen_group``): every query gets
+        screen_group branches; the focus_starts queries whose returns spread most
+        among those (ties in random order) get the remaining branches, the same
+        number each. Both stages sample pi_old from the same start states, so each
+        query's branches form one group. Returns ``_roll``'s arrays, stage 1's
+        branches then stage 2's, and the group (query) of each branch."""
+        cfg, n, g1 = self.cfg, self.cfg.num_starts, self.cfg.screen_group
+        H, k = cfg.horizon, cfg.focus_starts
+        extra = n * (cfg.group_size - g1) // k
+        noise = correlated_noise(H, n * g1, cfg.noise_corr, gen)
         if cfg.continuation == "policy":
-            mask[:, 0, :] = 0.0  # the mean-action branch is not a sample of pi
+            noise.view(H, n, g1)[:, :, 0] = 0.0  # branch 0 of each group follows the mean action
+        first = self._roll(policy, self.pool.branch(queries, g1, out=self.stages[0]), noise,
+                           np.arange(n * g1))
+        spread = discounted_returns(first[3].T.reshape(n, g1, H), cfg.gamma)[:, :, 0].std(
+            axis=1, ddof=1)
+        order = self.rng.permutation(n)
+        focus = order[np.argsort(-spread[order], kind="stable")[:k]]
+        noise = correlated_noise(H, k * extra, cfg.noise_corr, gen)
+        second = self._roll(policy, self.pool.branch(queries[focus], extra, out=self.stages[1]),
+                            noise, n * g1 + np.arange(k * extra))
+        both = [torch.cat((a, b), dim=1) if isinstance(a, torch.Tensor)
+                else np.concatenate((a, b), axis=1) for a, b in zip(first[:5], second[:5])]
+        log_std = first[5] if first[5].dim() == 1 else torch.cat((first[5], second[5]), dim=1)
+        group = np.concatenate((np.repeat(np.arange(n), g1), np.repeat(focus, extra)))
+        return (*both, log_std, group)
+
+    @torch.no_grad()
+    def collect(self, policy: GaussianPolicy, gen: torch.Generator) -> Batch:
+        started = time.perf_counter()
+        cfg, n, g = self.cfg, self.cfg.num_starts, self.cfg.group_size
+        B, H, L = n * g, cfg.horizon, cfg.loss_steps
+        queries, weight = self._queries()
+        if cfg.screen_group:
+            raw, z, mu, rewards, alive, log_std, group = self._two_stages(policy, gen, queries)
+        else:
+            sim = self.pool.branch(queries, g, out=self.group)
+            noise = correlated_noise(H, B, cfg.noise_corr, gen)  # in units of the std
+            if cfg.noise_window > 0:
+                shared, window = noise_window(noise.view(H, n, g), L, cfg.noise_window, gen)
+                noise = shared.reshape(H, B)
+            if cfg.continuation == "policy":
+                noise.view(H, n, g)[:, :, 0] = 0.0  # branch 0 follows the mean action
+            raw, z, mu, rewards, alive, log_std = self._roll(policy, sim, noise, np.arange(B))
+            group = np.repeat(np.arange(n), g)
+        nobs = raw.shape[2]
+        self.sim_steps += B * H * cfg.action_repeat
+        # scores and advantages, per branch (B, L)
+        if cfg.screen_group:
+            rtg = discounted_returns(rewards.T, cfg.gamma)  # (B, H)
+            flat_returns = rtg[:, 0]
+            if cfg.reward_form == "outcome":
+                adv = np.repeat(ragged_group_advantages(flat_returns, group, n, cfg.adv_scale,
+                                                        batch_std=self.batch_std)[:, None],
+                                L, axis=1)
+            else:
+                adv = ragged_group_advantages(rtg[:, :L], group, n, cfg.adv_scale,
+                                              batch_std=self.batch_std)
+            spread = group_moments(flat_returns, group, n)[1]
+            returns = flat_returns[:n * cfg.screen_group].reshape(n, cfg.screen_group)
+        else:
+            rtg = discounted_returns(rewards.T.reshape(n, g, H), cfg.gamma)  # (n, g, H)
+            returns = rtg[:, :, 0]
+            flat_returns = returns.reshape(B)
+            if cfg.reward_form == "outcome":
+                adv = np.repeat(group_advantages(returns, cfg.adv_scale,
+                                                 batch_std=self.batch_std)[:, :, None], L, axis=2)
+            else:
+                adv = group_advantages(rtg[:, :, :L], cfg.adv_scale, batch_std=self.batch_std)
+            if cfg.noise_window > 0:  # outside its window a step's noise is the group's own
+                adv = adv * window.numpy()[:, None, :]
+            adv = adv.reshape(B, L)
+            spread = returns.std(axis=1, ddof=1) if cfg.query_pool else None
+        if weight is not None:
+            adv = adv * weight[group][:, None]
+        first = np.arange(n) * (cfg.screen_group or g)  # each group's first branch
+        mask = np.ascontiguousarray(alive[:L].T, dtype=np.float32)  # (B, L)
+        if cfg.continuation == "policy":
+            mask[first] = 0.0  # the mean-action branch is not a sample of pi
         # continuation and fresh resets
-        pick = choose_continuation(returns, cfg.continuation, self.rng, cfg.softmax_temperature)
-        self.pool.copy_envs(np.arange(n), self.snapshot, np.arange(n) * g + pick)
+        if cfg.screen_group:
+            members = [np.flatnonzero(group == q) for q in range(n)]
+            src = np.array([m[choose_continuation(flat_returns[m][None], cfg.continuation,
+                                                  self.rng, cfg.softmax_temperature)[0]]
+                            for m in members])
+        else:
+            src = first + choose_continuation(returns, cfg.continuation, self.rng,
+                                              cfg.softmax_temperature)
+        self.pool.copy_envs(queries, self.snapshot, src)
         state = self.pool.get_state()
-        ended = ~alive[L].reshape(n, g)[np.arange(n), pick] | (state["t"] >= self.spec.max_steps)
+        ended = ~alive[L][src] | (state["t"][queries] >= self.spec.max_steps)
         restart = ended | (self.rng.random(n) < cfg.reset_prob)
+        if spread is not None:
+            self.spread[queries] = np.where(restart, np.nan, spread)
         if restart.any():
-            self.pool.reset(mask=restart)
+            fresh = np.zeros(self.pool.num_envs, dtype=bool)
+            fresh[queries[restart]] = True
+            self.pool.reset(mask=fresh)
         # the loss steps, branch-major
         zl = z[:L].T.contiguous()
         mul = mu[:L].T.contiguous()
         log_std_old = log_std[:L].T.contiguous() if log_std.dim() == 2 else log_std.clone()
         logp_old = gaussian_log_prob(zl, mul, log_std_old)
-        mask_t = torch.from_numpy(mask.reshape(B, L))
+        mask_t = torch.from_numpy(mask)
         logp_squashed = logp_old - log_tanh_jacobian(zl, policy.u_max)
         entropy = -float((logp_squashed * mask_t).sum() / mask_t.sum().clamp(min=1.0))
         obs_l = policy.normalise(raw[:L].transpose(0, 1)).contiguous()
-        adv_t = torch.from_numpy(adv.reshape(B, L)).float()
+        adv_t = torch.from_numpy(adv).float()
         if cfg.saturated > 0:
             adv_t = adv_t * ~saturated(mul, log_std_old, cfg.saturated)
         return Batch(obs=obs_l, z=zl, logp_old=logp_old, mu_old=mul, log_std_old=log_std_old,
@@ -430,6 +599,9 @@ class Trainer:
         if cfg.overlap and ranks.world > 1:
             raise UserError("overlap and data-parallel training both want the spare cores: "
                             "set overlap = false with more than one process")
+        if (cfg.query_pool or cfg.screen_group) and ranks.world > 1:
+            raise UserError("query_pool and screen_group choose among one process's start "
+                            "states: set them to 0 with more than one process")
         local = ranks.local_config(cfg)
         self.cfg, self.system, self.preset = cfg, system, preset
         self.randomize = randomize if randomize is not None else Randomization()
@@ -551,4 +723,4 @@ class Trainer:
         if self.ref is not None:
             self.ref = copy.deepcopy(self.policy)
         # fresh trajectories for the rest of the run, from a seed tied to the iteration
-        self.rollout.pool.reset(seed=self.ranks.seed(self.cfg.seed) + 7919 * self.iteration)
+        self.rollout.restart(self.ranks.seed(self.cfg.seed) + 7919 * self.iteration)

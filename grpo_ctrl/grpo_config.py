@@ -54,6 +54,22 @@ class GRPOConfig:
                              "random window of this many loss steps, which alone carry the "
                              "advantage (common random numbers; 0 = independent noise)",
                              low=0, high=2**20)
+    query_pool: int = knob(0, "trajectories in the pool, of which num_starts are queried each "
+                           "iteration, drawn with probability rising with the spread (std) of "
+                           "their last group's returns (prioritised queries; 0 = num_starts: "
+                           "every trajectory every iteration)", low=0, high=2**20)
+    query_floor: float = knob(0.5, "with query_pool: the share of the draw spread uniformly over "
+                              "the pool, the rest in proportion to the last return std",
+                              above=0.0, high=1.0)
+    query_is: float = knob(0.0, "with query_pool: exponent of the importance weight "
+                           "(uniform / drawn probability) on a group's advantages (0 = none, "
+                           "1 = the uniform pool's expected gradient)", low=0.0, high=1.0)
+    screen_group: int = knob(0, "two stages at equal branches: every query gets this many "
+                             "branches first, then the focus_starts queries whose returns "
+                             "spread most get the remaining num_starts x (group_size - this) "
+                             "(0 = one stage of group_size)", low=0, high=2**16)
+    focus_starts: int = knob(8, "with screen_group: the queries re-branched in the second stage",
+                             low=1, high=2**20)
     softmax_temperature: float = knob(1.0, "on group-normalised returns, for softmax continuation",
                                       above=0.0, high=1e6)
     w_du: float = knob(0.0, "action-rate penalty: each decision loses w_du (du / u_max)^2, "
@@ -206,6 +222,19 @@ def check_config(cfg: GRPOConfig) -> None:
     if cfg.noise_window > cfg.loss_steps:
         raise UserError(f"noise_window ({cfg.noise_window}) cannot exceed loss_steps "
                         f"({cfg.loss_steps})")
+    if cfg.query_pool and cfg.query_pool < cfg.num_starts:
+        raise UserError(f"query_pool ({cfg.query_pool}) must hold at least num_starts "
+                        f"({cfg.num_starts}) trajectories (or be 0: off)")
+    if cfg.screen_group:
+        extra = cfg.num_starts * (cfg.group_size - cfg.screen_group)
+        if not 2 <= cfg.screen_group < cfg.group_size:
+            raise UserError(f"screen_group ({cfg.screen_group}) must be at least 2 and below "
+                            f"group_size ({cfg.group_size}), or 0: off")
+        if cfg.focus_starts > cfg.num_starts or extra % cfg.focus_starts:
+            raise UserError(f"focus_starts ({cfg.focus_starts}) must be at most num_starts and "
+                            f"divide the {extra} second-stage branches evenly")
+        if cfg.noise_window:
+            raise UserError("screen_group and noise_window do not combine: set one to 0")
     if cfg.minibatches > cfg.num_starts * cfg.group_size:
         raise UserError(f"minibatches ({cfg.minibatches}) exceeds the number of branches "
                         f"({cfg.num_starts * cfg.group_size})")

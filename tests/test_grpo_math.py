@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from grpo_ctrl.grpo import (adapt_clip, aggregate_loss, choose_continuation, clip_fractions,
-                            clipped_surrogate, correlated_noise, discounted_returns, gaussian_kl,
-                            group_advantages, k3_kl, mean_command_smoothness, noise_window,
+                            clipped_surrogate, correlated_noise, discounted_returns, draw_queries,
+                            gaussian_kl, group_advantages, k3_kl, mean_command_smoothness,
+                            noise_window, query_probabilities, ragged_group_advantages,
                             saturated, zero_spread_fraction)
 from grpo_ctrl.policy import (GaussianPolicy, RunningNorm, gaussian_log_prob,
                              squashed_log_prob)
@@ -294,3 +295,38 @@ def test_with_a_noise_window_branches_agree_until_it_and_only_it_carries_advanta
         before = steps[0]
         assert torch.allclose(z[j, :, :before], z[j, :1, :before].expand(4, before))
         assert not torch.allclose(z[j, :, before], z[j, :1, before].expand(4))
+
+
+# ------------------------------------------------------------------ where the queries are spent
+def test_query_probabilities_by_hand():
+    # spreads 1, 3, 0 and one not yet scored (counts as the largest known, 3), floor 0.5,
+    # 2 queries of 4: 2 (0.5 s / 7 + 0.5 / 4) = 11/28, 19/28, 7/28, 19/28
+    pi = query_probabilities(np.array([1.0, 3.0, 0.0, np.nan]), 2, 0.5)
+    assert pi == pytest.approx(np.array([11, 19, 7, 19]) / 28)
+    # 2 (0.8 + 0.05) > 1 is capped at 1, and the other query shared equally among the rest
+    assert query_probabilities(np.array([10.0, 0, 0, 0]), 2, 0.2) == pytest.approx(
+        [1, 1 / 3, 1 / 3, 1 / 3])
+    assert query_probabilities(np.full(5, np.nan), 2, 0.1) == pytest.approx([0.4] * 5)
+    assert query_probabilities(np.zeros(4), 3, 0.3) == pytest.approx([0.75] * 4)
+
+
+def test_draw_queries_hits_each_trajectory_with_its_probability():
+    pi = np.array([11, 19, 7, 19, 0, 28]) / 28  # sums to 3, one never, one always
+    rng = np.random.default_rng(0)
+    draws = [draw_queries(pi, rng) for _ in range(20_000)]
+    assert all(len(d) == 3 and len(set(d.tolist())) == 3 and list(d) == sorted(d) for d in draws)
+    counts = np.bincount(np.concatenate(draws), minlength=6) / len(draws)
+    assert counts == pytest.approx(pi, abs=0.01)
+    assert counts[4] == 0 and counts[5] == 1
+
+
+def test_ragged_group_advantages_by_hand_and_as_equal_groups():
+    returns, group = np.array([1.0, 3.0, 2.0, 4.0, 6.0]), np.array([0, 0, 1, 1, 1])
+    assert ragged_group_advantages(returns, group, 2, "none") == pytest.approx([-1, 1, -2, 0, 2])
+    assert ragged_group_advantages(returns, group, 2, "group") == pytest.approx(
+        [-1 / math.sqrt(2), 1 / math.sqrt(2), -1, 0, 1])
+    # equal groups, per step and per branch: the same as group_advantages on (groups, G, ...)
+    r = np.random.default_rng(1).normal(size=(5, 4, 3))
+    for scale in ("none", "group", "batch"):
+        ragged = ragged_group_advantages(r.reshape(20, 3), np.repeat(np.arange(5), 4), 5, scale)
+        assert ragged == pytest.approx(group_advantages(r, scale).reshape(20, 3))

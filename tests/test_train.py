@@ -19,6 +19,7 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import GRPOConfig, default_config
 from grpo_ctrl.policy import load_policy_controller
+from grpo_ctrl.sim import BatchSim
 
 torch.set_num_threads(1)
 
@@ -239,7 +240,9 @@ def test_eval_prints_the_scores(run_folder, capsys):
     {"trust_region": "dcpo"}, {"trust_region": "kl_mask", "epochs": 2},
     {"continuation": "greedy"}, {"continuation": "softmax"}, {"continuation": "policy"},
     {"epochs": 2, "minibatches": 4}, {"action_repeat": 3},
-    {"activation": "elu", "layers": 1},
+    {"activation": "elu", "layers": 1}, {"query_pool": 16, "query_is": 1.0},
+    {"screen_group": 2, "focus_starts": 4}, {"screen_group": 2, "reward_form": "reward_to_go",
+                                              "continuation": "policy"},
 ])
 def test_every_variant_trains(overrides):
     cfg = GRPOConfig(num_starts=8, group_size=4, horizon=16, loss_steps=8, **overrides)
@@ -517,3 +520,53 @@ def test_per_state_noise_is_sampled_scored_and_saved_as_its_own_std(tmp_path):
     copy.load_numpy_state(tr.policy.numpy_state())  # what the overlap collector receives
     with torch.no_grad():
         assert torch.equal(copy.dist(batch.obs)[1], tr.policy.dist(batch.obs)[1])
+
+
+SMALL = dict(num_starts=6, group_size=4, horizon=16, loss_steps=8, overlap=False, seed=2,
+             **SHORT)
+
+
+def test_queries_from_a_pool_the_size_of_the_batch_change_no_batch():
+    """query_pool = num_starts queries every trajectory, as the default does: the same
+    first batch (what later differs is only the continuation's random stream)."""
+    plain, pooled = (Trainer(GRPOConfig(**SMALL, **extra), "pendulum", "gym")
+                     for extra in ({}, {"query_pool": 6, "query_floor": 1.0}))
+    a, b = (tr.rollout.collect(tr.policy, tr.gen) for tr in (plain, pooled))
+    for key in ("obs", "z", "adv", "mask", "logp_old"):
+        assert torch.equal(getattr(a, key), getattr(b, key)), key
+
+
+def test_prioritised_queries_advance_only_the_queried_trajectories():
+    tr = Trainer(GRPOConfig(**SMALL, query_pool=20, query_floor=0.3, reset_prob=0.0),
+                 "pendulum", "gym")
+    tr.rollout.spread[:] = np.linspace(0.0, 5.0, 20)
+    before = tr.rollout.pool.get_state()["x"]
+    batch = tr.rollout.collect(tr.policy, tr.gen)
+    starts = batch.raw_loss_obs[::4, 0].numpy()  # each group's first observation
+    obs = BatchSim("pendulum", 20, "gym", seed=0)
+    obs.set_state({"x": before})
+    queried = [int(np.argmin(np.abs(obs.observe() - s).sum(1))) for s in starts]
+    assert np.allclose(obs.observe()[queried], starts, atol=1e-6)
+    moved = np.flatnonzero((tr.rollout.pool.get_state()["x"] != before).any(1))
+    assert sorted(queried) == moved.tolist()  # the others wait where they were
+    assert not np.isnan(tr.rollout.spread[queried]).any()
+
+
+def test_the_second_stage_re_branches_the_queries_whose_branches_disagreed():
+    """screen_group 2 of group_size 4, focus 3 of 6 queries: each of the 3 queries whose
+    first 2 branches' returns spread most gets 6 x 2 / 3 = 4 more branches from the same
+    start state, and all of a query's branches form one group (advantages centred on it)."""
+    tr = Trainer(GRPOConfig(**SMALL, screen_group=2, focus_starts=3), "pendulum", "gym")
+    batch = tr.rollout.collect(tr.policy, tr.gen)
+    first = batch.raw_loss_obs[:, 0].numpy()  # (24, nobs): each branch's start
+    stage1 = first[:12:2]  # the 6 queries' starts
+    query = [int(np.argmin(np.abs(stage1 - s).sum(1))) for s in first]
+    assert np.allclose(stage1[query], first)
+    sizes = np.bincount(query, minlength=6)
+    spread = batch.returns.std(axis=1, ddof=1)  # stage 1's returns, (6, 2)
+    assert sorted(sizes.tolist()) == [2, 2, 2, 6, 6, 6]
+    assert set(np.flatnonzero(sizes == 6)) == set(np.argsort(-spread)[:3])
+    adv = batch.adv[:, 0].numpy()
+    for q in range(6):  # centred and scaled by its own std (adv_scale group)
+        assert adv[np.array(query) == q].sum() == pytest.approx(0.0, abs=1e-5)
+        assert adv[np.array(query) == q].std(ddof=1) == pytest.approx(1.0, abs=1e-4)
