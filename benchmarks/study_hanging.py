@@ -29,7 +29,8 @@ import torch
 
 from grpo_ctrl.baselines.optimum import make_optimum
 from grpo_ctrl.closed_loop import act
-from grpo_ctrl.heldout import HELDOUT_EPISODES, near_hanging, score, start_states
+from grpo_ctrl.heldout import (HELDOUT_EPISODES, near_hanging, score, standard_error,
+                               start_states)
 from grpo_ctrl.policy import load_policy
 from grpo_ctrl.run_folder import LATEST
 from grpo_ctrl.sim import BatchSim
@@ -77,6 +78,9 @@ def main(argv=None) -> int:
     p.add_argument("--horizon", type=int, default=64)
     p.add_argument("--gamma", type=float, default=0.99)
     p.add_argument("--actions", type=int, default=12, help="first commands to print")
+    p.add_argument("--against", metavar="RUN",
+                   help="also pair with this run (its latest.pt) on the same episodes: all / "
+                        "hanging / rest, with their standard errors")
     args = p.parse_args(argv)
     policy, _, _ = load_policy(Path(args.checkpoint), LATEST)
     optimum = make_optimum("pendulum", "gym")
@@ -88,6 +92,13 @@ def main(argv=None) -> int:
     print(f"minus the optimum, paired: {d.mean():+.2f}; hanging starts {d[hanging].mean():+.1f} "
           f"({100 * np.mean(d[hanging] < -50):.0f} % of them lose > 50), rest "
           f"{d[~hanging].mean():+.2f}")
+    if args.against:
+        other, _, _ = load_policy(Path(args.against), LATEST)
+        e = mine - score(other.controller(optimum.spec), n).returns
+        print(f"minus {args.against}, paired: " + " / ".join(
+            f"{name} {e[m].mean():+.2f} (s.e. {standard_error(e[m]):.2f})"
+            for name, m in (("all", np.ones(n, dtype=bool)), ("hanging", hanging),
+                            ("rest", ~hanging))))
     from_down = np.abs(np.abs(x0[:, 0]) - np.pi)
     for lo in np.arange(0.0, np.pi, np.pi / 6):
         m = (from_down >= lo) & (from_down < lo + np.pi / 6)

@@ -26,6 +26,7 @@ import copy
 import math
 import os
 import time
+from collections import deque
 from dataclasses import dataclass
 
 # Idle OpenMP threads sleep instead of spinning: on a machine shared with
@@ -245,17 +246,14 @@ def ragged_group_advantages(rewards: np.ndarray, group: np.ndarray, num_groups: 
 def query_probabilities(spread: np.ndarray, k: int, floor: float) -> np.ndarray:
     """Probabilities that each pool trajectory is among the k queries of an
     iteration (prioritised queries, ``query_pool``): k x ((1 - floor) s_i / sum s +
-    floor / M), where s_i is the std of the returns of trajectory i's last group;
-    a probability above 1 is set to 1 and its excess shared among the others in
-    proportion, so that they sum to k. A trajectory not yet scored (nan: a fresh
-    start) counts as the largest spread known, so that it is scored soon; with no
-    spread known or all zero the draw is uniform. Prioritised level replay (Jiang et
-    al. 2021) scores a level by the spread of its returns likewise; the floor is
-    prioritised replay's uniform part (Schaul et al. 2016)."""
+    floor / M), s_i the spread (std) expected of the returns of a group from
+    trajectory i's state; a probability above 1 is set to 1 and its excess shared
+    among the others in proportion, so that they sum to k. All spreads zero (none
+    known yet): uniform. Prioritised level replay (Jiang et al. 2021) scores a level
+    by the spread of its returns likewise; the floor is prioritised replay's uniform
+    part (Schaul et al. 2016)."""
     m = spread.size
-    known = spread[~np.isnan(spread)]
-    s = np.where(np.isnan(spread), known.max() if known.size else 1.0, spread)
-    share = s / s.sum() if s.sum() > 0 else np.full(m, 1.0 / m)
+    share = spread / spread.sum() if spread.sum() > 0 else np.full(m, 1.0 / m)
     p = (1.0 - floor) * share + floor / m
     pi, free = np.zeros(m), np.ones(m, dtype=bool)
     while True:
@@ -264,6 +262,20 @@ def query_probabilities(spread: np.ndarray, k: int, floor: float) -> np.ndarray:
         if not over.any():
             return pi
         pi[over], free[over] = 1.0, False
+
+
+def predicted_spread(states: np.ndarray, scored: np.ndarray, spread: np.ndarray,
+                     neighbours: int) -> np.ndarray:
+    """The spread expected of a group from each of ``states`` (M, d): the mean spread of
+    the groups from the ``neighbours`` nearest (Euclidean) of the recently queried
+    start states ``scored`` (K, d); zeros while fewer than that are known. A pool
+    trajectory moves on once queried, so its own last spread belongs to a state it
+    has left (docs/grpo.md §9, sixth pass (b)); its neighbours' belong to where it is."""
+    if len(scored) < neighbours:
+        return np.zeros(len(states))
+    d2 = ((states[:, None, :] - scored[None, :, :]) ** 2).sum(axis=2)
+    near = np.argpartition(d2, neighbours - 1, axis=1)[:, :neighbours]
+    return spread[near].mean(axis=1)
 
 
 def draw_queries(pi: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -308,6 +320,12 @@ class Batch:
     sim_steps: int = 0          # simulator steps taken by the rollout pool so far, this batch's included
 
 
+# prioritised queries: a pool state's expected spread is that of the groups from its
+# NEIGHBOURS nearest start states queried in the last SCORED_ITERATIONS iterations
+NEIGHBOURS = 4
+SCORED_ITERATIONS = 8
+
+
 class GroupRollout:
     """The trajectory pool and the group simulators it branches into.
     ``batch_std``: the std of the batch's rewards (adv_scale = batch); data-
@@ -321,8 +339,8 @@ class GroupRollout:
         # a pool trajectory draws its plant at each reset; its branches copy it
         self.pool = BatchSim(system, cfg.query_pool or n, preset=preset, seed=seed,
                              randomize=randomize)
-        # the std of the returns of each pool trajectory's last group (nan: not yet queried)
-        self.spread = np.full(self.pool.num_envs, np.nan)
+        # the start observations and group return spreads of the last iterations' queries
+        self.scored: deque = deque(maxlen=SCORED_ITERATIONS)
         if cfg.screen_group:  # the two stages' group simulators
             self.stages = [BatchSim(system, b, preset=preset, seed=seed + 10_000,
                                     randomize=randomize) for b in (n * cfg.screen_group,
@@ -339,15 +357,22 @@ class GroupRollout:
     def restart(self, seed: int) -> None:
         """Fresh trajectories in the whole pool, from ``seed`` (a resumed run)."""
         self.pool.reset(seed=seed)
-        self.spread[:] = np.nan
+        self.scored.clear()
 
-    def _queries(self) -> tuple[np.ndarray, np.ndarray | None]:
+    def _queries(self, policy: GaussianPolicy) -> tuple[np.ndarray, np.ndarray | None]:
         """The pool trajectories queried this iteration, and the importance weight of
         each one's group (None: all queried, or no correction), the largest 1."""
         cfg, n = self.cfg, self.cfg.num_starts
         if not cfg.query_pool:
             return np.arange(n), None
-        pi = query_probabilities(self.spread, n, cfg.query_floor)
+        spread = np.zeros(self.pool.num_envs)
+        if self.scored:  # distances between normalised observations
+            scored = policy.normalise(torch.cat([obs for obs, _ in self.scored])).numpy()
+            here = policy.normalise(torch.as_tensor(self.pool.observe(),
+                                                    dtype=torch.float32)).numpy()
+            spread = predicted_spread(here, scored, np.concatenate(
+                [s for _, s in self.scored]), NEIGHBOURS)
+        pi = query_probabilities(spread, n, cfg.query_floor)
         queries = draw_queries(pi, self.rng)
         if cfg.query_is == 0:
             return queries, None
@@ -424,7 +449,7 @@ class GroupRollout:
         started = time.perf_counter()
         cfg, n, g = self.cfg, self.cfg.num_starts, self.cfg.group_size
         B, H, L = n * g, cfg.horizon, cfg.loss_steps
-        queries, weight = self._queries()
+        queries, weight = self._queries(policy)
         if cfg.screen_group:
             raw, z, mu, rewards, alive, log_std, group = self._two_stages(policy, gen, queries)
         else:
@@ -464,7 +489,7 @@ class GroupRollout:
             if cfg.noise_window > 0:  # outside its window a step's noise is the group's own
                 adv = adv * window.numpy()[:, None, :]
             adv = adv.reshape(B, L)
-            spread = returns.std(axis=1, ddof=1) if cfg.query_pool else None
+            spread = returns.std(axis=1, ddof=1)
         if weight is not None:
             adv = adv * weight[group][:, None]
         first = np.arange(n) * (cfg.screen_group or g)  # each group's first branch
@@ -484,8 +509,8 @@ class GroupRollout:
         state = self.pool.get_state()
         ended = ~alive[L][src] | (state["t"][queries] >= self.spec.max_steps)
         restart = ended | (self.rng.random(n) < cfg.reset_prob)
-        if spread is not None:
-            self.spread[queries] = np.where(restart, np.nan, spread)
+        if cfg.query_pool:
+            self.scored.append((raw[0, first], spread))
         if restart.any():
             fresh = np.zeros(self.pool.num_envs, dtype=bool)
             fresh[queries[restart]] = True

@@ -9,8 +9,8 @@ import torch
 from grpo_ctrl.grpo import (adapt_clip, aggregate_loss, choose_continuation, clip_fractions,
                             clipped_surrogate, correlated_noise, discounted_returns, draw_queries,
                             gaussian_kl, group_advantages, k3_kl, mean_command_smoothness,
-                            noise_window, query_probabilities, ragged_group_advantages,
-                            saturated, zero_spread_fraction)
+                            noise_window, predicted_spread, query_probabilities,
+                            ragged_group_advantages, saturated, zero_spread_fraction)
 from grpo_ctrl.policy import (GaussianPolicy, RunningNorm, gaussian_log_prob,
                              squashed_log_prob)
 
@@ -299,15 +299,23 @@ def test_with_a_noise_window_branches_agree_until_it_and_only_it_carries_advanta
 
 # ------------------------------------------------------------------ where the queries are spent
 def test_query_probabilities_by_hand():
-    # spreads 1, 3, 0 and one not yet scored (counts as the largest known, 3), floor 0.5,
-    # 2 queries of 4: 2 (0.5 s / 7 + 0.5 / 4) = 11/28, 19/28, 7/28, 19/28
-    pi = query_probabilities(np.array([1.0, 3.0, 0.0, np.nan]), 2, 0.5)
+    # spreads 1, 3, 0, 3, floor 0.5, 2 queries of 4: 2 (0.5 s / 7 + 0.5 / 4) = 11/28, 19/28,
+    # 7/28, 19/28
+    pi = query_probabilities(np.array([1.0, 3.0, 0.0, 3.0]), 2, 0.5)
     assert pi == pytest.approx(np.array([11, 19, 7, 19]) / 28)
     # 2 (0.8 + 0.05) > 1 is capped at 1, and the other query shared equally among the rest
     assert query_probabilities(np.array([10.0, 0, 0, 0]), 2, 0.2) == pytest.approx(
         [1, 1 / 3, 1 / 3, 1 / 3])
-    assert query_probabilities(np.full(5, np.nan), 2, 0.1) == pytest.approx([0.4] * 5)
     assert query_probabilities(np.zeros(4), 3, 0.3) == pytest.approx([0.75] * 4)
+
+
+def test_predicted_spread_is_the_mean_over_the_nearest_scored_starts():
+    scored = np.array([[0.0, 0.0], [1.0, 0.0], [5.0, 0.0], [6.0, 1.0], [0.0, 2.0]])
+    spread = np.array([1.0, 3.0, 10.0, 20.0, 7.0])
+    states = np.array([[0.4, 0.0], [5.6, 0.4], [0.0, 1.9]])
+    # nearest two: (0, 0) and (1, 0); (5, 0) and (6, 1); (0, 2) and (0, 0)
+    assert predicted_spread(states, scored, spread, 2) == pytest.approx([2.0, 15.0, 4.0])
+    assert predicted_spread(states, scored[:1], spread[:1], 2) == pytest.approx([0, 0, 0])
 
 
 def test_draw_queries_hits_each_trajectory_with_its_probability():

@@ -537,19 +537,33 @@ def test_queries_from_a_pool_the_size_of_the_batch_change_no_batch():
 
 
 def test_prioritised_queries_advance_only_the_queried_trajectories():
-    tr = Trainer(GRPOConfig(**SMALL, query_pool=20, query_floor=0.3, reset_prob=0.0),
+    """6 of 20 pool trajectories queried: those move on, the others wait; and once scored,
+    the queries go where the nearest scored starts had the widest spread."""
+    tr = Trainer(GRPOConfig(**SMALL, query_pool=20, query_floor=0.05, reset_prob=0.0),
                  "pendulum", "gym")
-    tr.rollout.spread[:] = np.linspace(0.0, 5.0, 20)
-    before = tr.rollout.pool.get_state()["x"]
-    batch = tr.rollout.collect(tr.policy, tr.gen)
-    starts = batch.raw_loss_obs[::4, 0].numpy()  # each group's first observation
-    obs = BatchSim("pendulum", 20, "gym", seed=0)
-    obs.set_state({"x": before})
-    queried = [int(np.argmin(np.abs(obs.observe() - s).sum(1))) for s in starts]
-    assert np.allclose(obs.observe()[queried], starts, atol=1e-6)
-    moved = np.flatnonzero((tr.rollout.pool.get_state()["x"] != before).any(1))
-    assert sorted(queried) == moved.tolist()  # the others wait where they were
-    assert not np.isnan(tr.rollout.spread[queried]).any()
+    pool = tr.rollout.pool
+    for _ in range(2):
+        before = pool.get_state()["x"]
+        observed = pool.observe().copy()
+        batch = tr.rollout.collect(tr.policy, tr.gen)
+        starts = batch.raw_loss_obs[::4, 0].numpy()  # each group's first observation
+        queried = [int(np.argmin(np.abs(observed - s).sum(1))) for s in starts]
+        assert np.allclose(observed[queried], starts, atol=1e-6)
+        moved = np.flatnonzero((pool.get_state()["x"] != before).any(1))
+        assert sorted(queried) == moved.tolist()  # the others wait where they were
+    # the scored starts: one hanging (spread 10), five upright (0); the pool: 10 of each
+    hanging, upright = np.array([np.pi, 0.0]), np.array([0.0, 0.0])
+    tr.rollout.scored.clear()
+    tr.rollout.scored.append((torch.tensor([[-1.0, 0.0, 0.0]] + [[1.0, 0.0, 0.0]] * 5),
+                              np.array([10.0] + [0.0] * 5)))  # (cos, sin, speed)
+    pool.set_state({"x": np.stack([hanging] * 10 + [upright] * 10)})
+    counts = np.zeros(20)
+    for _ in range(200):
+        counts[tr.rollout._queries(tr.policy)[0]] += 1
+    # 4 nearest: the hanging start and 3 upright ones, 2.5, against 0 for upright states:
+    # 6 (0.95 / 10 + 0.05 / 20) > 0.585 for each hanging state, 6 x 0.0025 for an upright one
+    assert counts[:10].mean() / 200 == pytest.approx(0.585, abs=0.03)
+    assert counts[10:].mean() / 200 == pytest.approx(0.015, abs=0.01)
 
 
 def test_the_second_stage_re_branches_the_queries_whose_branches_disagreed():
