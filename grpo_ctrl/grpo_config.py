@@ -120,8 +120,15 @@ class GRPOConfig:
     eval_episodes: int = knob(100, "episodes per evaluation (fixed starts, mean action)", low=1,
                               high=10**6)
     deploy: str = knob("best", "the policy best.pt holds, the one eval, export and run use: "
-                       "best (the best evaluation's) or final (the one training ends with, "
-                       "at the end of the learning-rate schedule)", choices=("best", "final"))
+                       "best (the best evaluation's), final (the one training ends with, "
+                       "at the end of the learning-rate schedule) or calm (the latest of the "
+                       "last calm_window's policies whose command chatters no more than "
+                       "swing-up + LQR's on nominal plants; grpo_ctrl/deploy.py)",
+                       choices=("best", "final", "calm"))
+    calm_window: float = knob(0.25, "deploy calm: the share of the run, at its end, whose "
+                              "policies are candidates", above=0.0, high=1.0)
+    calm_every: int = knob(10, "deploy calm: a candidate every this many iterations", low=1,
+                           high=2**20)
     threads: int = knob(1, "torch threads for the update (rollouts use one: small ops)", low=1,
                        high=1024)
     overlap: bool = field(default_factory=two_cores, metadata={
