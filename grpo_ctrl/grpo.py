@@ -41,7 +41,7 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo_config import GRPOConfig, check_config
 from grpo_ctrl.heap import keep_freed_memory
 from grpo_ctrl.overlap import OverlapCollector
-from grpo_ctrl.policy import GaussianPolicy, gaussian_log_prob, log_tanh_jacobian
+from grpo_ctrl.policy import GaussianPolicy, gaussian_log_prob, log_tanh_jacobian, sde_log_std
 from grpo_ctrl.randomize import Randomization
 from grpo_ctrl.sim import BatchSim
 from grpo_ctrl.trust_region import clipped_surrogate, surrogate  # noqa: F401 (clipped_surrogate: API)
@@ -286,11 +286,11 @@ class GroupRollout:
         rewards = np.empty((H, B))
         alive = np.ones((H + 1, B), dtype=bool)  # alive[t]: not terminated before step t
         sde = policy.arch["sde"]
-        per_state = sde or policy.std_head is not None
-        log_std = torch.empty(H, B) if per_state else policy.log_std.detach()
+        log_std = torch.empty(H, B) if policy.std_head is not None else policy.log_std.detach()
         if sde:  # (draws, B, features)
             noise = sde_exploration(policy.log_std.detach(), H, B, cfg.sde_sample_freq, gen)
             every = cfg.sde_sample_freq or H
+            features = torch.empty(H, B, noise.shape[-1])
         else:
             noise = correlated_noise(H, B, cfg.noise_corr, gen)  # in units of the std
         if cfg.noise_window > 0:
@@ -301,14 +301,14 @@ class GroupRollout:
         last_act = None
         for t in range(H):
             raw[t] = torch.from_numpy(obs_np)
-            if sde:
-                mu[t], ls, features = policy.sde_dist(policy.normalise(raw[t]))
-                z[t] = mu[t] + (features * noise[t // every]).sum(-1)
+            if sde:  # its log std: after the loop, in one call
+                mu[t], features[t] = policy.sde_dist(policy.normalise(raw[t]))
+                z[t] = mu[t] + (features[t] * noise[t // every]).sum(-1)
             else:
                 mu[t], ls = policy.dist(policy.normalise(raw[t]))
+                if policy.std_head is not None:
+                    log_std[t] = ls
                 z[t] = mu[t] + noise[t] * torch.exp(ls)
-            if per_state:
-                log_std[t] = ls
             act = policy.u_max * np.tanh(z[t].numpy())  # np.tanh: torch.tanh is slow here
             rewards[t] = 0.0
             if cfg.w_du > 0 and last_act is not None:  # the action-rate penalty
@@ -322,6 +322,8 @@ class GroupRollout:
             if t + 1 == L:  # the states trajectories continue from
                 self.snapshot.copy_envs(np.arange(B), sim, np.arange(B))
         self.sim_steps += B * H * cfg.action_repeat
+        if sde:
+            log_std = sde_log_std(features[:L], policy.log_std.detach())  # (L, B)
         # scores and advantages
         rtg = discounted_returns(rewards.T.reshape(n, g, H), cfg.gamma)  # (n, g, H)
         returns = rtg[:, :, 0]

@@ -170,24 +170,32 @@ class GaussianPolicy(nn.Module):
         """Mean of z for normalised observations, shape (N,)."""
         return self.net(obs_normalised).squeeze(-1)
 
+    def hidden(self, obs_normalised: torch.Tensor) -> torch.Tensor:
+        """The last hidden layer, (N, hidden) (net[:-1] would build a new Sequential per call:
+        ~50 us, a fifth of the forward pass, in the rollout's loop)."""
+        layers = list(self.net)
+        for layer in layers[:-1]:
+            obs_normalised = layer(obs_normalised)
+        return obs_normalised
+
     def dist(self, obs_normalised: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean, log std) of z for normalised observations: shapes (N,) and
         (N,), or (1,) for the state-independent std (it broadcasts)."""
         if self.arch["sde"]:
-            mu, log_std, _ = self.sde_dist(obs_normalised)
-            return mu, log_std
+            mu, features = self.sde_dist(obs_normalised)
+            return mu, sde_log_std(features, self.log_std)
         if self.std_head is None:
             return self.mu(obs_normalised), self.log_std
-        h = self.net[:-1](obs_normalised)
+        h = self.hidden(obs_normalised)
         log_std = self.log_std + self.std_head(h).squeeze(-1)
         return self.net[-1](h).squeeze(-1), log_std.clamp(min=self.log_std_min)
 
-    def sde_dist(self, obs_normalised: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """gSDE: (mean, per-step log std, features) of z, shapes (N,), (N,), (N, hidden + 1).
-        No clamp: the per-step std is >= the smallest sigma_j, each floored (sde_features)."""
-        h = self.net[:-1](obs_normalised)
-        f = sde_features(h)
-        return self.net[-1](h).squeeze(-1), sde_log_std(f, self.log_std), f
+    def sde_dist(self, obs_normalised: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """gSDE: (mean of z, sde_features), shapes (N,) and (N, hidden + 1); the per-step
+        log std is sde_log_std(features, log_std), unclamped: it is >= the smallest log
+        sigma_j, each floored."""
+        h = self.hidden(obs_normalised)
+        return self.net[-1](h).squeeze(-1), sde_features(h)
 
     # What acting needs, as numpy arrays: to hand the policy to another process
     # (pickling arrays is ~20x faster than pickling tensors).
