@@ -475,7 +475,7 @@ def test_per_state_noise_is_sampled_scored_and_saved_as_its_own_std(tmp_path):
     """state_std: the exploration std is exp(log_std + a head on the last hidden layer),
     floored; the batch's noise, its log-densities and the saved policy all use that per-state
     std, checked against torch.distributions.Normal; the deployed controller is the mean."""
-    from grpo_ctrl.policy import GaussianPolicy, read_checkpoint, save_checkpoint
+    from grpo_ctrl.policy import GaussianPolicy
     cfg = GRPOConfig(num_starts=4, group_size=4, horizon=16, loss_steps=8, overlap=False, seed=2,
                      state_std=True, log_std_min=-1.0, **SHORT)
     tr = Trainer(cfg, "pendulum", "gym")
@@ -502,21 +502,26 @@ def test_per_state_noise_is_sampled_scored_and_saved_as_its_own_std(tmp_path):
     unit = (batch.z - batch.mu_old) / batch.log_std_old.exp()
     assert 0.8 < float(unit.std()) < 1.2  # the noise scales with each state's std
     tr.step()  # the update takes the per-state old log-densities
-    # saved and loaded: the same distribution; the controller acts on the mean alone
+    _assert_saved_and_copied_alike(tr, batch, tmp_path, GaussianPolicy(
+        tr.spec.nobs, tr.spec.u_max, state_std=True, log_std_min=-1.0))
+
+
+def _assert_saved_and_copied_alike(tr: Trainer, batch, tmp_path, copy) -> None:
+    """Saved and loaded, and copied as the overlap collector receives it (into ``copy``),
+    the policy has the same distribution; the loaded controller acts on the mean alone."""
+    from grpo_ctrl.policy import GaussianPolicy, read_checkpoint, save_checkpoint
     path = tmp_path / "p.pt"
-    save_checkpoint(tr.policy.checkpoint(tr.spec, vars(cfg)), path)
+    save_checkpoint(tr.policy.checkpoint(tr.spec, vars(tr.cfg)), path)
     back = GaussianPolicy.from_checkpoint(read_checkpoint(path))
+    copy.load_numpy_state(tr.policy.numpy_state())
     with torch.no_grad():
-        for a, b in zip(tr.policy.dist(batch.obs), back.dist(batch.obs)):
-            assert torch.equal(a, b)
+        for loaded in (back, copy):
+            for a, b in zip(tr.policy.dist(batch.obs), loaded.dist(batch.obs)):
+                assert torch.equal(a, b)
         obs = batch.raw_loss_obs.reshape(-1, batch.raw_loss_obs.shape[-1])
         command = back.controller(tr.spec)(obs).squeeze(-1)
         expected = tr.spec.u_max * torch.tanh(tr.policy.mu(tr.policy.normalise(obs)))
     assert torch.allclose(command, expected, atol=1e-5)
-    copy = GaussianPolicy(tr.spec.nobs, tr.spec.u_max, state_std=True, log_std_min=-1.0)
-    copy.load_numpy_state(tr.policy.numpy_state())  # what the overlap collector receives
-    with torch.no_grad():
-        assert torch.equal(copy.dist(batch.obs)[1], tr.policy.dist(batch.obs)[1])
 
 
 def _gsde_trainer(**overrides) -> Trainer:
@@ -533,7 +538,7 @@ def test_gsde_noise_is_a_branchs_own_function_of_the_state_with_the_analytic_std
     the log-densities, and against the floor on every log sigma_j after updates; saved and
     loaded, the same distribution; the controller is the mean."""
     from grpo_ctrl.grpo import sde_exploration
-    from grpo_ctrl.policy import GaussianPolicy, read_checkpoint, save_checkpoint, sde_features
+    from grpo_ctrl.policy import GaussianPolicy, sde_features
     tr = _gsde_trainer(sde=True, sde_sample_freq=every)
     tr.step()
     with torch.no_grad():  # sigma_j spread over two orders of magnitude, half below the floor
@@ -563,19 +568,8 @@ def test_gsde_noise_is_a_branchs_own_function_of_the_state_with_the_analytic_std
     assert torch.allclose(batch.logp_old, reference, atol=1e-4)
     stats = tr.step()  # the update takes the per-state log-densities
     assert -1.0 <= stats["log_std"] <= 1.0
-    path = tmp_path / "p.pt"
-    save_checkpoint(tr.policy.checkpoint(tr.spec, vars(tr.cfg)), path)
-    back = GaussianPolicy.from_checkpoint(read_checkpoint(path))
-    copy = GaussianPolicy(tr.spec.nobs, tr.spec.u_max, sde=True)
-    copy.load_numpy_state(tr.policy.numpy_state())  # what the overlap collector receives
-    with torch.no_grad():
-        for loaded in (back, copy):
-            for a, b in zip(tr.policy.dist(batch.obs), loaded.dist(batch.obs)):
-                assert torch.equal(a, b)
-        obs = batch.raw_loss_obs.reshape(-1, batch.raw_loss_obs.shape[-1])
-        command = back.controller(tr.spec)(obs).squeeze(-1)
-        expected = tr.spec.u_max * torch.tanh(tr.policy.mu(tr.policy.normalise(obs)))
-    assert torch.allclose(command, expected, atol=1e-5)
+    _assert_saved_and_copied_alike(tr, batch, tmp_path,
+                                   GaussianPolicy(tr.spec.nobs, tr.spec.u_max, sde=True))
 
 
 def test_without_gsde_the_noise_is_the_iid_draws_as_before():
