@@ -38,6 +38,7 @@ except ModuleNotFoundError:  # Python 3.10: tomli is the same parser (pyproject 
     import tomli as tomllib
 
 from grpo_ctrl import distributed
+from grpo_ctrl.deploy import CalmChoice
 from grpo_ctrl.distributed import Ranks
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write, save_figure, write_toml
@@ -197,8 +198,10 @@ class RunFolder:
         self.metrics.write(json.dumps(row) + "\n")
         self.metrics.flush()
 
-    def checkpoint(self, trainer: Trainer, name: str, extra: dict) -> None:
-        ck = trainer.policy.checkpoint(trainer.spec, asdict(trainer.cfg),
+    def checkpoint(self, trainer: Trainer, name: str, extra: dict,
+                   policy: GaussianPolicy | None = None) -> None:
+        """``policy``: another than the trainer's (deploy calm's choice)."""
+        ck = (policy or trainer.policy).checkpoint(trainer.spec, asdict(trainer.cfg),
                                        {**extra, "trainer": trainer.state(),
                                         "randomize": trainer.randomize.to_table()})
         save_checkpoint(ck, self.out / checkpoint_file(name))
@@ -259,6 +262,7 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
         randomize = default_randomization(system, preset)
     trainer = Trainer(cfg, system, preset, ranks, randomize)
     wall, best, evals_done = 0.0, -math.inf, 0
+    deployed = None  # deploy calm: the iteration whose policy best.pt holds
     if resume:
         ck = read_checkpoint(out / checkpoint_file(LATEST))
         trainer.load_state(GaussianPolicy.from_checkpoint(ck), ck["trainer"])
@@ -275,6 +279,7 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
         bar = tqdm(total=round(budget, 1), unit="s", disable=quiet,
                    bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}{postfix}]")
     last_eval = None
+    calm = CalmChoice(trainer.spec) if cfg.deploy == "calm" and folder is not None else None
 
     def more(clock: float) -> bool:  # time left and no stop asked, by this process
         return clock - start_wall < budget and not (stop is not None and stop())
@@ -293,9 +298,13 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
             if not go or (cfg.iterations and trainer.iteration >= cfg.iterations):
                 break
             t0 = time.perf_counter()
-            trainer.set_progress(max((clock - start_wall) / budget,
-                                     trainer.iteration / cfg.iterations if cfg.iterations else 0.0))
+            progress = max((clock - start_wall) / budget,
+                           trainer.iteration / cfg.iterations if cfg.iterations else 0.0)
+            trainer.set_progress(progress)
             row = trainer.step(lead if ranks.world > 1 else None)
+            if (calm is not None and progress >= 1.0 - cfg.calm_window
+                    and trainer.iteration % cfg.calm_every == 0):
+                calm.offer(trainer.iteration, trainer.policy)
             shared = row.pop("lead", None)
             row["eval_return"] = row["eval_success"] = None
             if ranks.is_main and (wall >= next_eval or
@@ -334,7 +343,12 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
             final_eval, _ = trainer.evaluate()
             extra = {"wall_time": wall, "best_return": max(best, final_eval),
                      "eval_return": final_eval}
-            if (cfg.deploy == "final" or final_eval > best
+            if calm is not None:
+                calm.offer(trainer.iteration, trainer.policy)
+                chosen, record = calm.choose()
+                folder.checkpoint(trainer, BEST, {**extra, "calm": record}, chosen.policy)
+                deployed = chosen.iteration
+            elif (cfg.deploy == "final" or final_eval > best
                     or not (out / checkpoint_file(BEST)).exists()):
                 folder.checkpoint(trainer, BEST, extra)
             best = max(best, final_eval)
@@ -342,7 +356,7 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
             folder.close()
             plot_curve(out / METRICS, out / CURVE)
     return {"trainer": trainer, "best_return": best, "wall_time": wall,
-            "iterations": trainer.iteration, "out": out}
+            "iterations": trainer.iteration, "out": out, "deployed_iteration": deployed}
 
 
 def run(args) -> int:
@@ -400,7 +414,9 @@ def _train_and_report(system: str, preset: str, cfg: GRPOConfig, out: Path, resu
     if ranks.is_main:
         print(f"done: {summary['iterations']} iterations in {summary['wall_time']:.1f} s; best "
               f"evaluation return {summary['best_return']:.1f} ({cfg.eval_episodes} episodes); "
-              f"run folder {out} (evaluate with `grpo-ctrl eval {out}`)")
+              + (f"deployed the policy of iteration {summary['deployed_iteration']} (deploy "
+                 "calm); " if summary["deployed_iteration"] is not None else "")
+              + f"run folder {out} (evaluate with `grpo-ctrl eval {out}`)")
 
 
 class StopSignals:

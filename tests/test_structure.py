@@ -32,7 +32,7 @@ LAYERS = [
                                             "grpo_ctrl.robustness", "grpo_ctrl.heldout"]),
     ("training", ["grpo_ctrl.grpo_config", "grpo_ctrl.distributed", "grpo_ctrl.grpo",
                   "grpo_ctrl.overlap", "grpo_ctrl.trust_region", "grpo_ctrl.train",
-                  "grpo_ctrl.heap"]),
+                  "grpo_ctrl.heap", "grpo_ctrl.deploy"]),
     ("export", ["grpo_ctrl.export"]),
     ("serial bridge", ["grpo_ctrl.firmware_bridge", "grpo_ctrl.sysid"]),
     ("application", ["grpo_ctrl.cli", "grpo_ctrl.__main__", "grpo_ctrl.demo", "grpo_ctrl.bench_cli",

@@ -445,6 +445,54 @@ def test_best_pt_holds_the_best_evaluation_or_the_final_policy(tmp_path, deploy)
         assert best["trainer"]["iteration"] == min(i for e, i in evals if e == top)
 
 
+def test_deploy_calm_rule():
+    """The latest candidate that chatters no more than swing-up + LQR and succeeds
+    as often as the final policy; else the calmest of those that succeed as often.
+    Measurements scripted per iteration (the rule, apart from the simulator)."""
+    from grpo_ctrl.deploy import CalmChoice
+    from grpo_ctrl.grpo import make_policy
+    from grpo_ctrl.plant import plant_spec
+
+    def choice(measured: dict[int, tuple[float, float]], reference: float):
+        calm = CalmChoice(plant_spec("pendulum", "rig"))
+        for it in measured:
+            calm.offer(it, make_policy(GRPOConfig(), calm.spec))
+        values = iter([(reference, 1.0)] + [measured[it] for it in sorted(measured)[::-1]])
+        calm._measure = lambda controller: next(values)
+        chosen, record = calm.choose()
+        return chosen.iteration, [c[0] for c in record["candidates"]]
+
+    # 30 chatters, 20 is calm: the search stops there
+    assert choice({10: (0.01, 1.0), 20: (0.05, 1.0), 30: (0.12, 1.0)}, 0.067) == (20, [30, 20])
+    # a calm candidate that fails more often than the final one is passed over
+    assert choice({10: (0.03, 1.0), 20: (0.02, 0.9), 30: (0.12, 1.0)}, 0.067) == (10, [30, 20, 10])
+    # none calm: the calmest that succeeds as often
+    assert choice({10: (0.08, 1.0), 20: (0.07, 0.9), 30: (0.12, 1.0)}, 0.067) == (10, [30, 20, 10])
+    assert choice({30: (0.01, 0.0)}, 0.067) == (30, [30])
+
+
+def test_deploy_calm_writes_the_measured_candidate(tmp_path):
+    """A real run: best.pt holds the policy whose chatter the record reports for
+    the deployed iteration, measured again here on the same episodes; every
+    later candidate chattered more than swing-up + LQR."""
+    from grpo_ctrl.deploy import CALM_EPISODES, CALM_SEED
+    from grpo_ctrl.policy import read_checkpoint
+    out = tmp_path / "run"
+    assert cli.main(["train", "--preset", "rig", "--out", str(out), "--iterations", "6",
+                     "--time-budget", "0", "--num-starts", "4", "--group-size", "2",
+                     "--eval-episodes", "2", "--lr", "0.05", "--overlap", "false",
+                     "--deploy", "calm", "--calm-window", "1", "--calm-every", "2",
+                     "--quiet"]) == 0
+    record = read_checkpoint(out / "best.pt")["calm"]
+    its = [c[0] for c in record["candidates"]]
+    assert its == [6, 4, 2][:len(its)] and record["deployed_iteration"] in its
+    chatter = {it: ch for it, ch, _ in record["candidates"]}
+    deployed = evaluate(load_policy_controller(out), CALM_EPISODES, seed=CALM_SEED)
+    assert float(np.mean(deployed.du_sign_changes)) == chatter[record["deployed_iteration"]]
+    later = [ch for it, ch in chatter.items() if it > record["deployed_iteration"]]
+    assert all(ch > record["reference_chatter"] for ch in later)
+
+
 def test_run_folder_records_the_randomisation(tmp_path):
     from grpo_ctrl.train import read_toml
     out = tmp_path / "run"
