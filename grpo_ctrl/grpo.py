@@ -42,7 +42,7 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo_config import GRPOConfig, check_config
 from grpo_ctrl.heap import keep_freed_memory
 from grpo_ctrl.overlap import OverlapCollector
-from grpo_ctrl.policy import GaussianPolicy, gaussian_log_prob, log_tanh_jacobian
+from grpo_ctrl.policy import GaussianPolicy, gaussian_log_prob, log_tanh_jacobian, sde_log_std
 from grpo_ctrl.randomize import Randomization
 from grpo_ctrl.sim import BatchSim
 from grpo_ctrl.trust_region import clipped_surrogate, surrogate  # noqa: F401 (clipped_surrogate: API)
@@ -183,6 +183,18 @@ def correlated_noise(horizon: int, branches: int, rho: float,
     for t in range(1, horizon):
         out[t] = rho * out[t - 1] + keep * e[t]
     return out
+
+
+def sde_exploration(log_std: torch.Tensor, horizon: int, branches: int, every: int,
+                    gen: torch.Generator) -> torch.Tensor:
+    """gSDE's exploration matrices (draws, branches, features), E_j ~ N(0, exp(log_std_j)^2)
+    from ``gen``: one per branch for its whole horizon (``every`` = 0), or a fresh one every
+    ``every`` decisions, decision t using draw t // every. A branch's noise at state s is
+    sde_features(s) . E (policy.py): a deterministic function of the state between draws,
+    so a branch that pushes longer, or switches later, does so as a whole (Raffin, Kober,
+    Stulp 2022), where per-step noise only jitters."""
+    draws = 1 if every == 0 else -(-horizon // every)
+    return torch.exp(log_std) * torch.randn(draws, branches, log_std.numel(), generator=gen)
 
 
 def saturated(mu: torch.Tensor, log_std: torch.Tensor, bound: float) -> torch.Tensor:
@@ -379,28 +391,55 @@ class GroupRollout:
         weight = (n / cfg.query_pool / pi[queries]) ** cfg.query_is
         return queries, weight / weight.max()
 
+    def _noise(self, policy: GaussianPolicy, groups: int, size: int, gen: torch.Generator,
+               mean_branch: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Exploration noise of ``groups`` groups of ``size`` branches: gSDE's matrices
+        (draws, b, features), or per-step draws in units of the std (H, b); and the noise
+        window (None without). With continuation ``policy`` and ``mean_branch``, branch 0
+        of each group gets none: it follows the mean action."""
+        cfg, H, b = self.cfg, self.cfg.horizon, groups * size
+        window = None
+        if policy.arch["sde"]:
+            noise = sde_exploration(policy.log_std.detach(), H, b, cfg.sde_sample_freq, gen)
+        else:
+            noise = correlated_noise(H, b, cfg.noise_corr, gen)
+        if cfg.noise_window > 0:
+            shared, window = noise_window(noise.view(H, groups, size), cfg.loss_steps,
+                                          cfg.noise_window, gen)
+            noise = shared.reshape(H, b)
+        if mean_branch and cfg.continuation == "policy":
+            noise.view(noise.shape[0], groups, size, -1)[:, :, 0] = 0.0
+        return noise, window
+
     def _roll(self, policy: GaussianPolicy, sim: BatchSim, noise: torch.Tensor,
               snapshot_at: np.ndarray) -> tuple:
-        """Roll the branches of ``sim`` ``horizon`` decisions with ``noise`` (H, b),
-        in units of the std; at step ``loss_steps`` their states go to the snapshot
-        simulator's ``snapshot_at``. Returns the raw observations (H, b, nobs), z and mu
-        (H, b), the rewards (H, b), alive (H + 1, b) and the log std (per state: (H, b))."""
-        cfg = self.cfg
-        H, b = noise.shape
+        """Roll the branches of ``sim`` ``horizon`` decisions with ``noise`` (``_noise``);
+        at step ``loss_steps`` their states go to the snapshot simulator's
+        ``snapshot_at``. Returns the raw observations (H, b, nobs), z and mu (H, b), the
+        rewards (H, b), alive (H + 1, b) and the log std (per state: (H, b); gSDE: (L, b))."""
+        cfg, H, b = self.cfg, self.cfg.horizon, sim.num_envs
         obs_np = sim.observe()
         raw = torch.empty(H, b, obs_np.shape[1])
         z = torch.empty(H, b)
         mu = torch.empty(H, b)
         rewards = np.empty((H, b))
         alive = np.ones((H + 1, b), dtype=bool)  # alive[t]: not terminated before step t
+        sde = policy.arch["sde"]
         log_std = torch.empty(H, b) if policy.std_head is not None else policy.log_std.detach()
+        if sde:
+            every = cfg.sde_sample_freq or H
+            features = torch.empty(H, b, noise.shape[-1])
         last_act = None
         for t in range(H):
             raw[t] = torch.from_numpy(obs_np)
-            mu[t], ls = policy.dist(policy.normalise(raw[t]))
-            if policy.std_head is not None:
-                log_std[t] = ls
-            z[t] = mu[t] + noise[t] * torch.exp(ls)
+            if sde:  # its log std: after the loop, in one call
+                mu[t], features[t] = policy.sde_dist(policy.normalise(raw[t]))
+                z[t] = mu[t] + (features[t] * noise[t // every]).sum(-1)
+            else:
+                mu[t], ls = policy.dist(policy.normalise(raw[t]))
+                if policy.std_head is not None:
+                    log_std[t] = ls
+                z[t] = mu[t] + noise[t] * torch.exp(ls)
             act = policy.u_max * np.tanh(z[t].numpy())  # np.tanh: torch.tanh is slow here
             rewards[t] = 0.0
             if cfg.w_du > 0 and last_act is not None:  # the action-rate penalty
@@ -413,6 +452,8 @@ class GroupRollout:
                 alive[t + 1] &= ~term
             if t + 1 == cfg.loss_steps:  # the states trajectories continue from
                 self.snapshot.copy_envs(snapshot_at, sim, np.arange(b))
+        if sde:
+            log_std = sde_log_std(features[:cfg.loss_steps], policy.log_std.detach())  # (L, b)
         return raw, z, mu, rewards, alive, log_std
 
     def _two_stages(self, policy: GaussianPolicy, gen: torch.Generator,
@@ -426,16 +467,14 @@ class GroupRollout:
         cfg, n, g1 = self.cfg, self.cfg.num_starts, self.cfg.screen_group
         H, k = cfg.horizon, cfg.focus_starts
         extra = n * (cfg.group_size - g1) // k
-        noise = correlated_noise(H, n * g1, cfg.noise_corr, gen)
-        if cfg.continuation == "policy":
-            noise.view(H, n, g1)[:, :, 0] = 0.0  # branch 0 of each group follows the mean action
+        noise = self._noise(policy, n, g1, gen)[0]
         first = self._roll(policy, self.pool.branch(queries, g1, out=self.stages[0]), noise,
                            np.arange(n * g1))
         spread = discounted_returns(first[3].T.reshape(n, g1, H), cfg.gamma)[:, :, 0].std(
             axis=1, ddof=1)
         order = self.rng.permutation(n)
         focus = order[np.argsort(-spread[order], kind="stable")[:k]]
-        noise = correlated_noise(H, k * extra, cfg.noise_corr, gen)
+        noise = self._noise(policy, k, extra, gen, mean_branch=False)[0]
         second = self._roll(policy, self.pool.branch(queries[focus], extra, out=self.stages[1]),
                             noise, n * g1 + np.arange(k * extra))
         both = [torch.cat((a, b), dim=1) if isinstance(a, torch.Tensor)
@@ -454,12 +493,7 @@ class GroupRollout:
             raw, z, mu, rewards, alive, log_std, group = self._two_stages(policy, gen, queries)
         else:
             sim = self.pool.branch(queries, g, out=self.group)
-            noise = correlated_noise(H, B, cfg.noise_corr, gen)  # in units of the std
-            if cfg.noise_window > 0:
-                shared, window = noise_window(noise.view(H, n, g), L, cfg.noise_window, gen)
-                noise = shared.reshape(H, B)
-            if cfg.continuation == "policy":
-                noise.view(H, n, g)[:, :, 0] = 0.0  # branch 0 follows the mean action
+            noise, window = self._noise(policy, n, g, gen)
             raw, z, mu, rewards, alive, log_std = self._roll(policy, sim, noise, np.arange(B))
             group = np.repeat(np.arange(n), g)
         nobs = raw.shape[2]
@@ -605,7 +639,7 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
 def make_policy(cfg: GRPOConfig, spec) -> GaussianPolicy:
     """The untrained policy a run of ``cfg`` on plant ``spec`` starts from."""
     return GaussianPolicy(spec.nobs, spec.u_max, cfg.hidden, cfg.layers, cfg.activation,
-                          cfg.log_std_init, cfg.state_std, cfg.log_std_min)
+                          cfg.log_std_init, cfg.state_std, cfg.log_std_min, cfg.sde)
 
 
 class Trainer:
@@ -704,7 +738,7 @@ class Trainer:
         if self.ref is not None and self.iteration % cfg.ref_refresh == 0:
             self.ref = copy.deepcopy(self.policy)
         return {"iteration": self.iteration, **stats,
-                "log_std": float(self.policy.log_std.detach()) if self.policy.std_head is None
+                "log_std": float(self.policy.log_std.detach()) if batch.log_std_old.dim() == 1
                 else float((batch.log_std_old * batch.mask).sum() / batch.mask.sum()),
                 "lr": self.opt.param_groups[0]["lr"],
                 "eps_low": eps_low, "eps_high": eps_high,
