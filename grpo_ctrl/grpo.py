@@ -353,6 +353,8 @@ class GroupRollout:
                              randomize=randomize)
         # the start observations and group return spreads of the last iterations' queries
         self.scored: deque = deque(maxlen=SCORED_ITERATIONS)
+        # the spread of each pool state kept for replay (nan: a trajectory moving on)
+        self.replayed = np.full(self.pool.num_envs, np.nan)
         if cfg.screen_group:  # the two stages' group simulators
             self.stages = [BatchSim(system, b, preset=preset, seed=seed + 10_000,
                                     randomize=randomize) for b in (n * cfg.screen_group,
@@ -370,6 +372,7 @@ class GroupRollout:
         """Fresh trajectories in the whole pool, from ``seed`` (a resumed run)."""
         self.pool.reset(seed=seed)
         self.scored.clear()
+        self.replayed[:] = np.nan
 
     def _queries(self, policy: GaussianPolicy) -> tuple[np.ndarray, np.ndarray | None]:
         """The pool trajectories queried this iteration, and the importance weight of
@@ -384,6 +387,8 @@ class GroupRollout:
                                                     dtype=torch.float32)).numpy()
             spread = predicted_spread(here, scored, np.concatenate(
                 [s for _, s in self.scored]), NEIGHBOURS)
+        if cfg.query_replay:  # a state kept for replay has a spread of its own
+            spread = np.where(np.isnan(self.replayed), spread, self.replayed)
         pi = query_probabilities(spread, n, cfg.query_floor)
         queries = draw_queries(pi, self.rng)
         if cfg.query_is == 0:
@@ -539,10 +544,15 @@ class GroupRollout:
         else:
             src = first + choose_continuation(returns, cfg.continuation, self.rng,
                                               cfg.softmax_temperature)
-        self.pool.copy_envs(queries, self.snapshot, src)
+        keep = np.zeros(n, dtype=bool)  # level replay: these stay to be queried again
+        if cfg.query_replay:
+            keep = (spread >= np.quantile(spread, 1.0 - cfg.query_replay)) & (spread > 0)
+            self.replayed[queries] = np.where(keep, spread, np.nan)
+        go = ~keep
+        self.pool.copy_envs(queries[go], self.snapshot, src[go])
         state = self.pool.get_state()
         ended = ~alive[L][src] | (state["t"][queries] >= self.spec.max_steps)
-        restart = ended | (self.rng.random(n) < cfg.reset_prob)
+        restart = (ended | (self.rng.random(n) < cfg.reset_prob)) & go
         if cfg.query_pool:
             self.scored.append((raw[0, first], spread))
         if restart.any():

@@ -64,6 +64,10 @@ class GRPOConfig:
     query_is: float = knob(0.0, "with query_pool: exponent of the importance weight "
                            "(uniform / drawn probability) on a group's advantages (0 = none, "
                            "1 = the uniform pool's expected gradient)", low=0.0, high=1.0)
+    query_replay: float = knob(0.0, "with query_pool: the share of each iteration's queries, "
+                               "those whose returns spread most, that keep their start state "
+                               "to be queried again, scored by their own spread (level "
+                               "replay; 0 = every query moves on)", low=0.0, high=1.0)
     screen_group: int = knob(0, "two stages at equal branches: every query gets this many "
                              "branches first, then the focus_starts queries whose returns "
                              "spread most get the remaining num_starts x (group_size - this) "
@@ -241,6 +245,8 @@ def check_config(cfg: GRPOConfig) -> None:
     if cfg.query_pool and cfg.query_pool < cfg.num_starts:
         raise UserError(f"query_pool ({cfg.query_pool}) must hold at least num_starts "
                         f"({cfg.num_starts}) trajectories (or be 0: off)")
+    if cfg.query_replay and not cfg.query_pool:
+        raise UserError("query_replay keeps states in a larger pool: set query_pool too")
     if cfg.screen_group:
         extra = cfg.num_starts * (cfg.group_size - cfg.screen_group)
         if not 2 <= cfg.screen_group < cfg.group_size:

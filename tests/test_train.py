@@ -240,7 +240,7 @@ def test_eval_prints_the_scores(run_folder, capsys):
     {"trust_region": "dcpo"}, {"trust_region": "kl_mask", "epochs": 2},
     {"continuation": "greedy"}, {"continuation": "softmax"}, {"continuation": "policy"},
     {"epochs": 2, "minibatches": 4}, {"action_repeat": 3},
-    {"activation": "elu", "layers": 1}, {"query_pool": 16, "query_is": 1.0},
+    {"activation": "elu", "layers": 1}, {"query_pool": 16, "query_is": 1.0, "query_replay": 0.25},
     {"screen_group": 2, "focus_starts": 4, "sde": True},
     {"screen_group": 2, "reward_form": "reward_to_go", "continuation": "policy"},
 ])
@@ -680,6 +680,27 @@ def test_prioritised_queries_advance_only_the_queried_trajectories():
     # 6 (0.95 / 10 + 0.05 / 20) > 0.585 for each hanging state, 6 x 0.0025 for an upright one
     assert counts[:10].mean() / 200 == pytest.approx(0.585, abs=0.03)
     assert counts[10:].mean() / 200 == pytest.approx(0.015, abs=0.01)
+
+
+def test_level_replay_keeps_the_queries_whose_returns_spread_most_where_they_were():
+    """query_replay 0.5 of 6 queries: the 3 whose group returns spread most keep their start
+    state and are scored by their own spread; the other 3 move on."""
+    tr = Trainer(GRPOConfig(**SMALL, query_pool=20, query_replay=0.5, reset_prob=0.0),
+                 "pendulum", "gym")
+    pool = tr.rollout.pool
+    before, observed = pool.get_state()["x"], pool.observe().copy()
+    batch = tr.rollout.collect(tr.policy, tr.gen)
+    queried = [int(np.argmin(np.abs(observed - s).sum(1)))
+               for s in batch.raw_loss_obs[::4, 0].numpy()]
+    spread = batch.returns.std(axis=1, ddof=1)
+    kept = np.argsort(-spread)[:3]
+    after = pool.get_state()["x"]
+    for j, q in enumerate(queried):
+        assert np.array_equal(after[q], before[q]) == (j in kept)
+        assert tr.rollout.replayed[q] == (spread[j] if j in kept else pytest.approx(np.nan,
+                                                                                   nan_ok=True))
+    with pytest.raises(UserError, match="query_pool"):
+        Trainer(GRPOConfig(**SMALL, query_replay=0.1), "pendulum", "gym")
 
 
 def test_the_second_stage_re_branches_the_queries_whose_branches_disagreed():
