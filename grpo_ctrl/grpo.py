@@ -194,20 +194,24 @@ def saturated(mu: torch.Tensor, log_std: torch.Tensor, bound: float) -> torch.Te
     return (mu.abs() - 2.0 * torch.exp(log_std)) > bound
 
 
-def noise_window(noise: torch.Tensor, loss_steps: int, width: int,
-                 gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def noise_window(noise: torch.Tensor, loss_steps: int, width: int, gen: torch.Generator,
+                 outside: str = "shared") -> tuple[torch.Tensor, torch.Tensor]:
     """Common random numbers within each group: noise (H, groups, G) -> the same, with
-    every branch of a group given branch 0's noise except in one window of ``width``
-    consecutive loss steps, its start uniform in [0, loss_steps - width] per group; and
-    ``inside`` (groups, loss_steps), true in the window. The branches of a group then
-    differ only by the noise of their window, so their return differences measure what
-    those few steps did (a swing-up decided at one switching step is not drowned by the
-    noise of 31 others), and only the window's steps carry an advantage."""
+    every branch of a group given branch 0's noise (``outside = "shared"``) or none
+    (``"mean"``: the mean action) except in one window of ``width`` consecutive loss
+    steps, its start uniform in [0, loss_steps - width] per group; and ``inside``
+    (groups, loss_steps), true in the window. The branches of a group then differ only
+    by the noise of their window, so their return differences measure what those few
+    steps did (a swing-up decided at one switching step is not drowned by the noise of
+    31 others), and only the window's steps carry an advantage. With ``"mean"`` they
+    measure it on the deployed policy's continuation, which is what the device runs,
+    not on a continuation that must survive its own noise."""
     H, groups, _ = noise.shape
     start = torch.randint(0, loss_steps - width + 1, (groups,), generator=gen)
     t = torch.arange(H)[:, None]
     inside = (t >= start) & (t < start + width)  # (H, groups)
-    return torch.where(inside[:, :, None], noise, noise[:, :, :1]), inside[:loss_steps].T
+    fill = noise[:, :, :1] if outside == "shared" else noise.new_zeros(())
+    return torch.where(inside[:, :, None], noise, fill), inside[:loss_steps].T
 
 
 def adapt_clip(eps_scale: float, kl: float, target: float) -> float:
@@ -276,7 +280,8 @@ class GroupRollout:
         log_std = torch.empty(H, B) if policy.std_head is not None else policy.log_std.detach()
         noise = correlated_noise(H, B, cfg.noise_corr, gen)  # in units of the std
         if cfg.noise_window > 0:
-            shared, window = noise_window(noise.view(H, n, g), L, cfg.noise_window, gen)
+            shared, window = noise_window(noise.view(H, n, g), L, cfg.noise_window, gen,
+                                          cfg.noise_outside)
             noise = shared.reshape(H, B)
         if cfg.continuation == "policy":
             noise.view(H, n, g)[:, :, 0] = 0.0  # branch 0 follows the mean action

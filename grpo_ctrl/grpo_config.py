@@ -54,6 +54,11 @@ class GRPOConfig:
                              "random window of this many loss steps, which alone carry the "
                              "advantage (common random numbers; 0 = independent noise)",
                              low=0, high=2**20)
+    noise_outside: str = knob("shared", "with a noise_window, what the steps outside it take: "
+                              "branch 0's noise (shared), or none (mean: the deployed action, "
+                              "look-ahead included, so a group's return differences score the "
+                              "window by the deployed policy's continuation)",
+                              choices=("shared", "mean"))
     softmax_temperature: float = knob(1.0, "on group-normalised returns, for softmax continuation",
                                       above=0.0, high=1e6)
     w_du: float = knob(0.0, "action-rate penalty: each decision loses w_du (du / u_max)^2, "
@@ -214,6 +219,10 @@ def check_config(cfg: GRPOConfig) -> None:
     if cfg.noise_window > cfg.loss_steps:
         raise UserError(f"noise_window ({cfg.noise_window}) cannot exceed loss_steps "
                         f"({cfg.loss_steps})")
+    if cfg.noise_outside != "shared" and cfg.noise_window == 0:
+        raise UserError(f"noise_outside = {cfg.noise_outside} needs a noise_window: the loss "
+                        f"steps that sample (noise_window = loss_steps: all of them, the "
+                        f"look-ahead on the mean)")
     if cfg.minibatches > cfg.num_starts * cfg.group_size:
         raise UserError(f"minibatches ({cfg.minibatches}) exceeds the number of branches "
                         f"({cfg.num_starts * cfg.group_size})")
