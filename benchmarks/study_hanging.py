@@ -97,7 +97,8 @@ def main(argv=None) -> int:
     _, mus, _ = rollout(policy, x0[hanging], 60, 0.0, 1.0, gen)
     q = np.percentile(np.abs(mus), [50, 75, 90])
     print(f"hanging starts, first 60 steps: |mu| median {q[0]:.1f}, 75th {q[1]:.1f}, 90th "
-          f"{q[2]:.1f}; log std {float(policy.log_std.detach()):.2f} (state-independent part)")
+          f"{q[2]:.1f}; log std {float(policy.log_std.detach().mean()):.2f} (state-independent "
+          "part; gSDE: its mean over the features)")
     for noise in (0.5, 1.0):
         ret, _, _ = rollout(policy, x0, 200, noise, 1.0, gen)
         print(f"with {noise:g} x its own noise: {ret.mean() - mine.mean():+.2f} against its mean "

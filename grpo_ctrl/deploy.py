@@ -12,7 +12,8 @@ at the decision rate. So the run keeps its policies of the last
 command, run at every control step on nominal plants, reverses direction no
 more often than the hand-written swing-up + LQR's on the same episodes, and
 succeeds as often as the final policy; if none does, the one that chatters
-least among those that succeed as often.
+least among those that succeed as often. (The candidates live in memory: a
+resumed run chooses among those since it resumed.)
 
 The episodes are the preset's nominal starts from seeds of their own
 (``CALM_SEED``), apart from training, its evaluations and every held-out set.

@@ -41,7 +41,7 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo_config import GRPOConfig, check_config
 from grpo_ctrl.heap import keep_freed_memory
 from grpo_ctrl.overlap import OverlapCollector
-from grpo_ctrl.policy import GaussianPolicy, gaussian_log_prob, log_tanh_jacobian
+from grpo_ctrl.policy import GaussianPolicy, gaussian_log_prob, log_tanh_jacobian, sde_log_std
 from grpo_ctrl.randomize import Randomization
 from grpo_ctrl.sim import BatchSim
 from grpo_ctrl.trust_region import clipped_surrogate, surrogate  # noqa: F401 (clipped_surrogate: API)
@@ -184,6 +184,18 @@ def correlated_noise(horizon: int, branches: int, rho: float,
     return out
 
 
+def sde_exploration(log_std: torch.Tensor, horizon: int, branches: int, every: int,
+                    gen: torch.Generator) -> torch.Tensor:
+    """gSDE's exploration matrices (draws, branches, features), E_j ~ N(0, exp(log_std_j)^2)
+    from ``gen``: one per branch for its whole horizon (``every`` = 0), or a fresh one every
+    ``every`` decisions, decision t using draw t // every. A branch's noise at state s is
+    sde_features(s) . E (policy.py): a deterministic function of the state between draws,
+    so a branch that pushes longer, or switches later, does so as a whole (Raffin, Kober,
+    Stulp 2022), where per-step noise only jitters."""
+    draws = 1 if every == 0 else -(-horizon // every)
+    return torch.exp(log_std) * torch.randn(draws, branches, log_std.numel(), generator=gen)
+
+
 def saturated(mu: torch.Tensor, log_std: torch.Tensor, bound: float) -> torch.Tensor:
     """Steps whose squashed command hardly depends on the noise: |mu| - 2 sigma > bound
     before the tanh, so that 97.7 % of the samples give a command within 1 - tanh(bound)
@@ -277,21 +289,31 @@ class GroupRollout:
         mu = torch.empty(H, B)
         rewards = np.empty((H, B))
         alive = np.ones((H + 1, B), dtype=bool)  # alive[t]: not terminated before step t
+        sde = policy.arch["sde"]
         log_std = torch.empty(H, B) if policy.std_head is not None else policy.log_std.detach()
-        noise = correlated_noise(H, B, cfg.noise_corr, gen)  # in units of the std
+        if sde:  # (draws, B, features)
+            noise = sde_exploration(policy.log_std.detach(), H, B, cfg.sde_sample_freq, gen)
+            every = cfg.sde_sample_freq or H
+            features = torch.empty(H, B, noise.shape[-1])
+        else:
+            noise = correlated_noise(H, B, cfg.noise_corr, gen)  # in units of the std
         if cfg.noise_window > 0:
             shared, window = noise_window(noise.view(H, n, g), L, cfg.noise_window, gen,
                                           cfg.noise_outside)
             noise = shared.reshape(H, B)
         if cfg.continuation == "policy":
-            noise.view(H, n, g)[:, :, 0] = 0.0  # branch 0 follows the mean action
+            noise.view(noise.shape[0], n, g, -1)[:, :, 0] = 0.0  # branch 0 follows the mean action
         last_act = None
         for t in range(H):
             raw[t] = torch.from_numpy(obs_np)
-            mu[t], ls = policy.dist(policy.normalise(raw[t]))
-            if policy.std_head is not None:
-                log_std[t] = ls
-            z[t] = mu[t] + noise[t] * torch.exp(ls)
+            if sde:  # its log std: after the loop, in one call
+                mu[t], features[t] = policy.sde_dist(policy.normalise(raw[t]))
+                z[t] = mu[t] + (features[t] * noise[t // every]).sum(-1)
+            else:
+                mu[t], ls = policy.dist(policy.normalise(raw[t]))
+                if policy.std_head is not None:
+                    log_std[t] = ls
+                z[t] = mu[t] + noise[t] * torch.exp(ls)
             act = policy.u_max * np.tanh(z[t].numpy())  # np.tanh: torch.tanh is slow here
             rewards[t] = 0.0
             if cfg.w_du > 0 and last_act is not None:  # the action-rate penalty
@@ -305,6 +327,8 @@ class GroupRollout:
             if t + 1 == L:  # the states trajectories continue from
                 self.snapshot.copy_envs(np.arange(B), sim, np.arange(B))
         self.sim_steps += B * H * cfg.action_repeat
+        if sde:
+            log_std = sde_log_std(features[:L], policy.log_std.detach())  # (L, B)
         # scores and advantages
         rtg = discounted_returns(rewards.T.reshape(n, g, H), cfg.gamma)  # (n, g, H)
         returns = rtg[:, :, 0]
@@ -416,7 +440,7 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
 def make_policy(cfg: GRPOConfig, spec) -> GaussianPolicy:
     """The untrained policy a run of ``cfg`` on plant ``spec`` starts from."""
     return GaussianPolicy(spec.nobs, spec.u_max, cfg.hidden, cfg.layers, cfg.activation,
-                          cfg.log_std_init, cfg.state_std, cfg.log_std_min)
+                          cfg.log_std_init, cfg.state_std, cfg.log_std_min, cfg.sde)
 
 
 class Trainer:
@@ -512,7 +536,7 @@ class Trainer:
         if self.ref is not None and self.iteration % cfg.ref_refresh == 0:
             self.ref = copy.deepcopy(self.policy)
         return {"iteration": self.iteration, **stats,
-                "log_std": float(self.policy.log_std.detach()) if self.policy.std_head is None
+                "log_std": float(self.policy.log_std.detach()) if batch.log_std_old.dim() == 1
                 else float((batch.log_std_old * batch.mask).sum() / batch.mask.sum()),
                 "lr": self.opt.param_groups[0]["lr"],
                 "eps_low": eps_low, "eps_high": eps_high,

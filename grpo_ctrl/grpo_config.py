@@ -113,6 +113,14 @@ class GRPOConfig:
     state_std: bool = knob(False, "exploration std per state: log std = the learned number plus "
                            "an output of the network's last hidden layer (the deployed "
                            "controller uses the mean only)")
+    sde: bool = knob(False, "state-dependent exploration (gSDE): a branch's noise is its own "
+                     "random linear function of the last hidden layer (sde_features), so it "
+                     "explores the same way each time it passes a state; one log std per "
+                     "feature, log_std_init and log_std_min apply to each and bound the per-step "
+                     "std (the deployed controller uses the mean only)")
+    sde_sample_freq: int = knob(0, "with sde: decisions between fresh draws of a branch's "
+                                "exploration matrix (0 = one draw for its whole horizon)",
+                                low=0, high=2**20)
     # run
     seed: int = knob(0, "seeds the simulator and torch", low=0, high=MAX_SEED)
     time_budget: float = knob(30.0, "seconds of training wall time (0 = no limit)", low=0.0,
@@ -223,6 +231,9 @@ def check_config(cfg: GRPOConfig) -> None:
         raise UserError(f"noise_outside = {cfg.noise_outside} needs a noise_window: the loss "
                         f"steps that sample (noise_window = loss_steps: all of them, the "
                         f"look-ahead on the mean)")
+    if cfg.sde and (cfg.state_std or cfg.noise_corr > 0 or cfg.noise_window > 0):
+        raise UserError("sde draws its own noise: leave state_std, noise_corr and noise_window "
+                        "at their defaults (off) with it")
     if cfg.minibatches > cfg.num_starts * cfg.group_size:
         raise UserError(f"minibatches ({cfg.minibatches}) exceeds the number of branches "
                         f"({cfg.num_starts * cfg.group_size})")

@@ -4,7 +4,9 @@ Distribution. The network maps normalised observations to the mean ``mu`` of
 a Gaussian over a pre-squash action ``z``; the standard deviation
 ``exp(log_std)`` is one learned number, state-independent, or (``state_std``)
 that number plus a second output of the network's last hidden layer, so the
-noise can differ from state to state. The actuator
+noise can differ from state to state, or (``sde``, gSDE) the std of a
+branch's state-dependent noise ``f(s) . E``: ``sde_features`` f, ``sde_log_std``.
+The actuator
 command is the tanh-squashed sample ``a = u_max * tanh(z)``, so it never
 leaves ``[-u_max, u_max]`` and the simulator's clip never bites. The density
 of ``a`` carries the change-of-variables Jacobian::
@@ -49,6 +51,27 @@ LOG_2PI = math.log(2.0 * math.pi)
 def gaussian_log_prob(z: torch.Tensor, mu: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
     """log N(z; mu, exp(log_std)^2), elementwise."""
     return -0.5 * ((z - mu) * torch.exp(-log_std)) ** 2 - log_std - 0.5 * LOG_2PI
+
+
+def sde_features(hidden: torch.Tensor) -> torch.Tensor:
+    """gSDE's features of a state: the last hidden layer with a constant 1 appended,
+    detached (the noise does not train the mean network, as in Stable-Baselines3), and
+    scaled to unit norm. A branch's noise is ``f(s) . E`` with its exploration matrix
+    E_j ~ N(0, sigma_j^2): per state a Gaussian of variance sum_j f_j^2 sigma_j^2, a
+    weighted mean of the sigma_j^2 (the f_j^2 sum to 1). So the per-step std stays within
+    [min sigma_j, max sigma_j] however the features grow while the network learns: the
+    floor on every log sigma_j is a floor on the per-step std, and a log_std_init for all
+    of them is the per-step std at the start. (SB3 leaves the features unscaled: there the
+    noise level drifts with their norm.) The constant keeps the norm >= 1 where every
+    ReLU is off."""
+    f = torch.cat([hidden.detach(), torch.ones(*hidden.shape[:-1], 1)], dim=-1)
+    return f / f.norm(dim=-1, keepdim=True)
+
+
+def sde_log_std(features: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """Log std of gSDE's per-step noise f . E, E_j ~ N(0, exp(log_std_j)^2):
+    0.5 log sum_j f_j^2 exp(2 log_std_j)."""
+    return 0.5 * torch.log(features.square() @ torch.exp(2.0 * log_std))
 
 
 def log_tanh_jacobian(z: torch.Tensor, u_max: float) -> torch.Tensor:
@@ -117,13 +140,14 @@ class GaussianPolicy(nn.Module):
 
     def __init__(self, nobs: int, u_max: float, hidden: int = 64, layers: int = 2,
                  activation: str = "relu", log_std_init: float = 0.0, state_std: bool = False,
-                 log_std_min: float = -math.inf):
+                 log_std_min: float = -math.inf, sde: bool = False):
         super().__init__()
         self.arch = {"nobs": nobs, "hidden": hidden, "layers": layers, "activation": activation,
-                     "state_std": bool(state_std)}
+                     "state_std": bool(state_std), "sde": bool(sde)}
         self.u_max = float(u_max)
         self.net = mlp(nobs, hidden, layers, activation)
-        self.log_std = nn.Parameter(torch.full((1,), float(log_std_init)))
+        # sde: one log sigma per feature (the hidden layer and the constant, sde_features)
+        self.log_std = nn.Parameter(torch.full((hidden + 1 if sde else 1,), float(log_std_init)))
         # state_std: log std(s) = log_std + std_head(last hidden layer), floored at log_std_min;
         # zero at the start, so it begins as the state-independent policy. The deployed
         # controller uses net alone.
@@ -146,14 +170,32 @@ class GaussianPolicy(nn.Module):
         """Mean of z for normalised observations, shape (N,)."""
         return self.net(obs_normalised).squeeze(-1)
 
+    def hidden(self, obs_normalised: torch.Tensor) -> torch.Tensor:
+        """The last hidden layer, (N, hidden) (net[:-1] would build a new Sequential per call:
+        ~50 us, a fifth of the forward pass, in the rollout's loop)."""
+        layers = list(self.net)
+        for layer in layers[:-1]:
+            obs_normalised = layer(obs_normalised)
+        return obs_normalised
+
     def dist(self, obs_normalised: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean, log std) of z for normalised observations: shapes (N,) and
         (N,), or (1,) for the state-independent std (it broadcasts)."""
+        if self.arch["sde"]:
+            mu, features = self.sde_dist(obs_normalised)
+            return mu, sde_log_std(features, self.log_std)
         if self.std_head is None:
             return self.mu(obs_normalised), self.log_std
-        h = self.net[:-1](obs_normalised)
+        h = self.hidden(obs_normalised)
         log_std = self.log_std + self.std_head(h).squeeze(-1)
         return self.net[-1](h).squeeze(-1), log_std.clamp(min=self.log_std_min)
+
+    def sde_dist(self, obs_normalised: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """gSDE: (mean of z, sde_features), shapes (N,) and (N, hidden + 1); the per-step
+        log std is sde_log_std(features, log_std), unclamped: it is >= the smallest log
+        sigma_j, each floored."""
+        h = self.hidden(obs_normalised)
+        return self.net[-1](h).squeeze(-1), sde_features(h)
 
     # What acting needs, as numpy arrays: to hand the policy to another process
     # (pickling arrays is ~20x faster than pickling tensors).
@@ -188,7 +230,8 @@ class GaussianPolicy(nn.Module):
     def from_checkpoint(cls, ck: dict) -> "GaussianPolicy":
         p = cls(ck["arch"]["nobs"], ck["u_max"], ck["arch"]["hidden"], ck["arch"]["layers"],
                 ck["arch"]["activation"], state_std=ck["arch"].get("state_std", False),
-                log_std_min=ck.get("config", {}).get("log_std_min", -math.inf))
+                log_std_min=ck.get("config", {}).get("log_std_min", -math.inf),
+                sde=ck["arch"].get("sde", False))
         p.net.load_state_dict(ck["net"])
         if p.std_head is not None:
             p.std_head.load_state_dict(ck["std_head"])

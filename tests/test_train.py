@@ -524,7 +524,7 @@ def test_per_state_noise_is_sampled_scored_and_saved_as_its_own_std(tmp_path):
     """state_std: the exploration std is exp(log_std + a head on the last hidden layer),
     floored; the batch's noise, its log-densities and the saved policy all use that per-state
     std, checked against torch.distributions.Normal; the deployed controller is the mean."""
-    from grpo_ctrl.policy import GaussianPolicy, read_checkpoint, save_checkpoint
+    from grpo_ctrl.policy import GaussianPolicy
     cfg = GRPOConfig(num_starts=4, group_size=4, horizon=16, loss_steps=8, overlap=False, seed=2,
                      state_std=True, log_std_min=-1.0, **SHORT)
     tr = Trainer(cfg, "pendulum", "gym")
@@ -551,18 +551,86 @@ def test_per_state_noise_is_sampled_scored_and_saved_as_its_own_std(tmp_path):
     unit = (batch.z - batch.mu_old) / batch.log_std_old.exp()
     assert 0.8 < float(unit.std()) < 1.2  # the noise scales with each state's std
     tr.step()  # the update takes the per-state old log-densities
-    # saved and loaded: the same distribution; the controller acts on the mean alone
+    _assert_saved_and_copied_alike(tr, batch, tmp_path, GaussianPolicy(
+        tr.spec.nobs, tr.spec.u_max, state_std=True, log_std_min=-1.0))
+
+
+def _assert_saved_and_copied_alike(tr: Trainer, batch, tmp_path, copy) -> None:
+    """Saved and loaded, and copied as the overlap collector receives it (into ``copy``),
+    the policy has the same distribution; the loaded controller acts on the mean alone."""
+    from grpo_ctrl.policy import GaussianPolicy, read_checkpoint, save_checkpoint
     path = tmp_path / "p.pt"
-    save_checkpoint(tr.policy.checkpoint(tr.spec, vars(cfg)), path)
+    save_checkpoint(tr.policy.checkpoint(tr.spec, vars(tr.cfg)), path)
     back = GaussianPolicy.from_checkpoint(read_checkpoint(path))
+    copy.load_numpy_state(tr.policy.numpy_state())
     with torch.no_grad():
-        for a, b in zip(tr.policy.dist(batch.obs), back.dist(batch.obs)):
-            assert torch.equal(a, b)
+        for loaded in (back, copy):
+            for a, b in zip(tr.policy.dist(batch.obs), loaded.dist(batch.obs)):
+                assert torch.equal(a, b)
         obs = batch.raw_loss_obs.reshape(-1, batch.raw_loss_obs.shape[-1])
         command = back.controller(tr.spec)(obs).squeeze(-1)
         expected = tr.spec.u_max * torch.tanh(tr.policy.mu(tr.policy.normalise(obs)))
     assert torch.allclose(command, expected, atol=1e-5)
-    copy = GaussianPolicy(tr.spec.nobs, tr.spec.u_max, state_std=True, log_std_min=-1.0)
-    copy.load_numpy_state(tr.policy.numpy_state())  # what the overlap collector receives
+
+
+def _gsde_trainer(**overrides) -> Trainer:
+    cfg = GRPOConfig(num_starts=4, group_size=4, horizon=16, loss_steps=8, overlap=False, seed=2,
+                     log_std_min=-1.0, **SHORT, **overrides)
+    return Trainer(cfg, "pendulum", "gym")
+
+
+@pytest.mark.parametrize("every", [0, 3])
+def test_gsde_noise_is_a_branchs_own_function_of_the_state_with_the_analytic_std(every, tmp_path):
+    """sde: a branch's noise is f(s) . E_b, its exploration matrix E_b drawn once (every 0) or
+    every 3 decisions; per state that is a Gaussian whose std the policy reports: checked
+    against the empirical std of 40,000 draws of E, against torch.distributions.Normal for
+    the log-densities, and against the floor on every log sigma_j after updates; saved and
+    loaded, the same distribution; the controller is the mean."""
+    from grpo_ctrl.grpo import sde_exploration
+    from grpo_ctrl.policy import GaussianPolicy, sde_features
+    tr = _gsde_trainer(sde=True, sde_sample_freq=every)
+    tr.step()
+    with torch.no_grad():  # sigma_j spread over two orders of magnitude, half below the floor
+        tr.policy.log_std.copy_(torch.linspace(-3.0, 1.0, tr.policy.log_std.numel()))
+    tr.step()  # the update floors each sigma_j
+    log_std = tr.policy.log_std.detach()
+    assert float(log_std.min()) >= -1.0 and float(log_std.max()) > 0.9
+    state = tr.gen.get_state()
+    batch = tr.rollout.collect(tr.policy, tr.gen)
+    B, L = batch.z.shape
+    assert batch.log_std_old.shape == (B, L) and float(batch.log_std_old.min()) >= -1.0 - 1e-6
     with torch.no_grad():
-        assert torch.equal(copy.dist(batch.obs)[1], tr.policy.dist(batch.obs)[1])
+        hidden = tr.policy.net[:-1](batch.obs)
+        f = torch.cat([hidden, torch.ones(B, L, 1)], -1)
+        f = f / f.norm(dim=-1, keepdim=True)
+        weights = sde_exploration(tr.policy.log_std, tr.cfg.horizon, B, every,
+                                  torch.Generator().set_state(state))
+        draw = torch.arange(L) // (every or tr.cfg.horizon)  # (L,): the matrix of each step
+        noise = (f * weights[draw].transpose(0, 1)).sum(-1)  # (B, L)
+        assert torch.allclose(batch.z - batch.mu_old, noise, atol=1e-5)
+        # the analytic per-step std against the noise of 40,000 independent branches
+        many = sde_exploration(tr.policy.log_std, 1, 40_000, 0, torch.Generator().manual_seed(9))
+        empirical = (sde_features(hidden[:, :2]) @ many[0].T).std(dim=-1)
+        assert torch.allclose(empirical, tr.policy.dist(batch.obs[:, :2])[1].exp(), rtol=0.03)
+    assert (empirical.max() / empirical.min()) > 1.2  # the std differs from state to state
+    reference = torch.distributions.Normal(batch.mu_old, batch.log_std_old.exp()).log_prob(batch.z)
+    assert torch.allclose(batch.logp_old, reference, atol=1e-4)
+    stats = tr.step()  # the update takes the per-state log-densities
+    assert -1.0 <= stats["log_std"] <= 1.0
+    _assert_saved_and_copied_alike(tr, batch, tmp_path,
+                                   GaussianPolicy(tr.spec.nobs, tr.spec.u_max, sde=True))
+
+
+def test_without_gsde_the_noise_is_the_iid_draws_as_before():
+    """sde off (the default): each step's noise is the iid draw of the generator, scaled by
+    the one std, bit for bit; sde_sample_freq alone changes nothing."""
+    tr = _gsde_trainer()
+    state = tr.gen.get_state()
+    batch = tr.rollout.collect(tr.policy, tr.gen)
+    draws = torch.randn(16, 16, generator=torch.Generator().set_state(state))[:8].T
+    with torch.no_grad():
+        assert torch.equal(batch.z, batch.mu_old + draws * torch.exp(tr.policy.log_std))
+    a, b = _gsde_trainer(), _gsde_trainer(sde_sample_freq=4)
+    for _ in range(2):
+        assert {k: v for k, v in a.step().items() if not k.endswith("_s")} == \
+            {k: v for k, v in b.step().items() if not k.endswith("_s")}
