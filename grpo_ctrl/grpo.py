@@ -357,7 +357,10 @@ class GroupRollout:
         logp_old = gaussian_log_prob(zl, mul, log_std_old)
         mask_t = torch.from_numpy(mask.reshape(B, L))
         logp_squashed = logp_old - log_tanh_jacobian(zl, policy.u_max)
-        entropy = -float((logp_squashed * mask_t).sum() / mask_t.sum().clamp(min=1.0))
+        sampled = mask_t  # the entropy estimate needs steps that drew noise: with noise_outside
+        if cfg.noise_window > 0 and cfg.noise_outside == "mean":  # = mean, the windows' alone
+            sampled = mask_t * window.repeat_interleave(g, 0)
+        entropy = -float((logp_squashed * sampled).sum() / sampled.sum().clamp(min=1.0))
         obs_l = policy.normalise(raw[:L].transpose(0, 1)).contiguous()
         adv_t = torch.from_numpy(adv.reshape(B, L)).float()
         if cfg.saturated > 0:
