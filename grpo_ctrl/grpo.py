@@ -207,20 +207,24 @@ def saturated(mu: torch.Tensor, log_std: torch.Tensor, bound: float) -> torch.Te
     return (mu.abs() - 2.0 * torch.exp(log_std)) > bound
 
 
-def noise_window(noise: torch.Tensor, loss_steps: int, width: int,
-                 gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def noise_window(noise: torch.Tensor, loss_steps: int, width: int, gen: torch.Generator,
+                 outside: str = "shared") -> tuple[torch.Tensor, torch.Tensor]:
     """Common random numbers within each group: noise (H, groups, G) -> the same, with
-    every branch of a group given branch 0's noise except in one window of ``width``
-    consecutive loss steps, its start uniform in [0, loss_steps - width] per group; and
-    ``inside`` (groups, loss_steps), true in the window. The branches of a group then
-    differ only by the noise of their window, so their return differences measure what
-    those few steps did (a swing-up decided at one switching step is not drowned by the
-    noise of 31 others), and only the window's steps carry an advantage."""
+    every branch of a group given branch 0's noise (``outside = "shared"``) or none
+    (``"mean"``: the mean action) except in one window of ``width`` consecutive loss
+    steps, its start uniform in [0, loss_steps - width] per group; and ``inside``
+    (groups, loss_steps), true in the window. The branches of a group then differ only
+    by the noise of their window, so their return differences measure what those few
+    steps did (a swing-up decided at one switching step is not drowned by the noise of
+    31 others), and only the window's steps carry an advantage. With ``"mean"`` they
+    measure it on the deployed policy's continuation, which is what the device runs,
+    not on a continuation that must survive its own noise."""
     H, groups, _ = noise.shape
     start = torch.randint(0, loss_steps - width + 1, (groups,), generator=gen)
     t = torch.arange(H)[:, None]
     inside = (t >= start) & (t < start + width)  # (H, groups)
-    return torch.where(inside[:, :, None], noise, noise[:, :, :1]), inside[:loss_steps].T
+    fill = noise[:, :, :1] if outside == "shared" else noise.new_zeros(())
+    return torch.where(inside[:, :, None], noise, fill), inside[:loss_steps].T
 
 
 def group_moments(values: np.ndarray, group: np.ndarray,
@@ -410,7 +414,7 @@ class GroupRollout:
             noise = correlated_noise(H, b, cfg.noise_corr, gen)
         if cfg.noise_window > 0:
             shared, window = noise_window(noise.view(H, groups, size), cfg.loss_steps,
-                                          cfg.noise_window, gen)
+                                          cfg.noise_window, gen, cfg.noise_outside)
             noise = shared.reshape(H, b)
         if mean_branch and cfg.continuation == "policy":
             noise.view(noise.shape[0], groups, size, -1)[:, :, 0] = 0.0
@@ -566,7 +570,10 @@ class GroupRollout:
         logp_old = gaussian_log_prob(zl, mul, log_std_old)
         mask_t = torch.from_numpy(mask)
         logp_squashed = logp_old - log_tanh_jacobian(zl, policy.u_max)
-        entropy = -float((logp_squashed * mask_t).sum() / mask_t.sum().clamp(min=1.0))
+        sampled = mask_t  # the entropy estimate needs steps that drew noise: with noise_outside
+        if cfg.noise_window > 0 and cfg.noise_outside == "mean":  # = mean, the windows' alone
+            sampled = mask_t * window.repeat_interleave(g, 0)
+        entropy = -float((logp_squashed * sampled).sum() / sampled.sum().clamp(min=1.0))
         obs_l = policy.normalise(raw[:L].transpose(0, 1)).contiguous()
         adv_t = torch.from_numpy(adv).float()
         if cfg.saturated > 0:

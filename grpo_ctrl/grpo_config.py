@@ -74,6 +74,11 @@ class GRPOConfig:
                              "(0 = one stage of group_size)", low=0, high=2**16)
     focus_starts: int = knob(8, "with screen_group: the queries re-branched in the second stage",
                              low=1, high=2**20)
+    noise_outside: str = knob("shared", "with a noise_window, what the steps outside it take: "
+                              "branch 0's noise (shared), or none (mean: the deployed action, "
+                              "look-ahead included, so a group's return differences score the "
+                              "window by the deployed policy's continuation)",
+                              choices=("shared", "mean"))
     softmax_temperature: float = knob(1.0, "on group-normalised returns, for softmax continuation",
                                       above=0.0, high=1e6)
     w_du: float = knob(0.0, "action-rate penalty: each decision loses w_du (du / u_max)^2, "
@@ -257,6 +262,10 @@ def check_config(cfg: GRPOConfig) -> None:
                             f"divide the {extra} second-stage branches evenly")
         if cfg.noise_window:
             raise UserError("screen_group and noise_window do not combine: set one to 0")
+    if cfg.noise_outside != "shared" and cfg.noise_window == 0:
+        raise UserError(f"noise_outside = {cfg.noise_outside} needs a noise_window: the loss "
+                        f"steps that sample (noise_window = loss_steps: all of them, the "
+                        f"look-ahead on the mean)")
     if cfg.sde and (cfg.state_std or cfg.noise_corr > 0 or cfg.noise_window > 0):
         raise UserError("sde draws its own noise: leave state_std, noise_corr and noise_window "
                         "at their defaults (off) with it")

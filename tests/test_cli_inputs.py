@@ -51,6 +51,8 @@ ACCEPTED = {
     ("train", "--noise-corr"): ({"zero"}, "0: independent exploration noise"),
     ("train", "--saturated"): ({"zero"}, "0: every loss step keeps its advantage"),
     ("train", "--noise-window"): ({"zero"}, "0: independent noise in every branch"),
+    ("train", "--sde"): ({"zero"}, "0 is false: per-step noise"),
+    ("train", "--sde-sample-freq"): ({"zero"}, "0: one exploration matrix per branch"),
     ("eval", "--out"): (ANY, "any text names a folder"),
     ("hil", "--reveal"): (ANY, "any text names a file"),
     ("hil", "--mystery"): ({"zero"}, "seed 0"),

@@ -338,3 +338,51 @@ def test_ragged_group_advantages_by_hand_and_as_equal_groups():
     for scale in ("none", "group", "batch"):
         ragged = ragged_group_advantages(r.reshape(20, 3), np.repeat(np.arange(5), 4), 5, scale)
         assert ragged == pytest.approx(group_advantages(r, scale).reshape(20, 3))
+
+
+def test_noise_outside_mean_scores_the_window_by_the_deployed_policys_continuation():
+    """noise_outside = mean, checked by replaying every branch in a fresh simulator with
+    the deployed controller (PolicyController, the export path), not the rollout's code:
+    each branch takes its sampled command in its group's window and the controller's
+    command on every other step, the look-ahead included; the replay must reach the same
+    observations and the same return. Only the window's steps carry an advantage."""
+    from grpo_ctrl.grpo import Trainer, discounted_returns
+    from grpo_ctrl.grpo_config import GRPOConfig
+    from grpo_ctrl.sim import BatchSim
+    n, g, H, L = 6, 4, 16, 8
+    tr = Trainer(GRPOConfig(num_starts=n, group_size=g, horizon=H, loss_steps=L, overlap=False,
+                            noise_window=3, noise_outside="mean", gamma=0.99, time_budget=0.0,
+                            eval_every=1e9, seed=4), "pendulum", "gym")
+    replay = tr.rollout.pool.branch(np.arange(n), g, out=BatchSim("pendulum", n * g,
+                                                                   preset="gym", seed=99))
+    batch = tr.rollout.collect(tr.policy, tr.gen)
+    deployed = tr.policy.controller(tr.spec)
+    obs = batch.raw_obs.reshape(H, n * g, -1)
+    sampled = (tr.policy.u_max * torch.tanh(batch.z)).T  # (L, B): the commands of the loss steps
+    noisy = batch.z != batch.mu_old  # (B, L)
+    window = noisy.reshape(n, g, L).any(1)  # (groups, L)
+    assert bool((window.sum(1) == 3).all())  # one window of 3 steps per group, the rest on the mean
+    rewards = np.empty((H, n * g))
+    o = replay.observe()
+    for t in range(H):
+        assert np.allclose(o, obs[t].numpy(), atol=1e-4), t
+        u = deployed(torch.from_numpy(o).float())[:, 0]
+        if t < L:
+            inside = window[:, t].repeat_interleave(g)
+            u = torch.where(inside, sampled[t], u)
+        o, rewards[t], _, _ = replay.step(u.double().numpy())
+    returns = discounted_returns(rewards.T.reshape(n, g, H), 0.99)[:, :, 0]
+    assert np.allclose(returns, batch.returns, atol=1e-3)
+    z = batch.z.reshape(n, g, L)
+    for j in range(n):  # before the window every branch of a group is the same mean-action path
+        s = int(window[j].int().argmax())
+        assert torch.equal(z[j, :, :s], z[j, :1, :s].expand(g, s))
+    carries = (batch.adv.reshape(n, g, L) != 0).any(1)
+    assert not bool((carries & ~window).any()) and bool(carries.any())
+
+
+def test_noise_outside_mean_without_a_window_is_refused():
+    from grpo_ctrl.errors import UserError
+    from grpo_ctrl.grpo_config import GRPOConfig, check_config
+    with pytest.raises(UserError, match="needs a noise_window"):
+        check_config(GRPOConfig(noise_outside="mean", overlap=False))

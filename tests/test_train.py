@@ -339,7 +339,8 @@ def test_every_hyperparameter_documents_itself():
     for f in fields(GRPOConfig):
         assert f.metadata.get("doc"), f.name
     assert set(CHOICES) == {"continuation", "reward_form", "adv_scale", "loss_agg",
-                            "trust_region", "activation", "smooth_terms", "deploy"}
+                            "trust_region", "activation", "smooth_terms", "deploy",
+                            "noise_outside"}
 
 
 def _group_alive(pgid: int) -> bool:
