@@ -38,21 +38,28 @@ from grpo_ctrl.sim import BatchSim
 
 @torch.no_grad()
 def rollout(policy, x0: np.ndarray, steps: int, noise: float, gamma: float,
-            gen: torch.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            gen: torch.Generator, first: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Discounted returns (N,) from start states x0 (N, 2) of the policy with
     ``noise`` times its own std before the tanh, the pre-squash means (steps, N) and
-    the commands (steps, N)."""
+    the commands (steps, N). ``first`` (N,): the first step's commands, given (the
+    policy acts from the second step; the first step's mean is then nan)."""
     sim = BatchSim("pendulum", len(x0), "gym", seed=0)
     sim.reset()
     sim.set_state({"x": x0})
     obs, ret, mus, commands = sim.observe(), np.zeros(len(x0)), [], []
     for t in range(steps):
-        mu, log_std = policy.dist(policy.normalise(torch.as_tensor(obs, dtype=torch.float32)))
-        z = mu + noise * torch.exp(log_std) * torch.randn(mu.shape, generator=gen)
-        commands.append((policy.u_max * np.tanh(z.numpy())).astype(np.float64))
+        if t == 0 and first is not None:
+            mus.append(np.full(len(x0), np.nan, dtype=np.float32))
+            commands.append(np.asarray(first, dtype=np.float64))
+        else:
+            mu, log_std = policy.dist(policy.normalise(torch.as_tensor(obs,
+                                                                       dtype=torch.float32)))
+            z = mu + noise * torch.exp(log_std) * torch.randn(mu.shape, generator=gen)
+            commands.append((policy.u_max * np.tanh(z.numpy())).astype(np.float64))
+            mus.append(mu.numpy())
         obs, r, _, _ = sim.step(commands[-1])
         ret += gamma ** t * r
-        mus.append(mu.numpy())
     return ret, np.array(mus), np.array(commands)
 
 

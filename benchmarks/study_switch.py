@@ -19,6 +19,8 @@ sampled command at that step lands where Q_mean gains half its best gain or more
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,9 @@ from grpo_ctrl.policy import load_policy
 from grpo_ctrl.run_folder import LATEST
 from grpo_ctrl.sim import BatchSim
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from study_hanging import rollout  # noqa: E402
+
 
 @torch.no_grad()
 def q_curve(policy, x: np.ndarray, first: np.ndarray, horizon: int, gamma: float,
@@ -38,18 +43,8 @@ def q_curve(policy, x: np.ndarray, first: np.ndarray, horizon: int, gamma: float
     """Mean discounted return from state x (2,) of each first command, then the policy
     with ``noise`` times its own std for the remaining steps, over ``draws`` draws."""
     n = len(first) * draws
-    sim = BatchSim("pendulum", n, "gym", seed=0)
-    sim.reset()
-    sim.set_state({"x": np.repeat(x[None], n, 0)})
-    ret, u = np.zeros(n), np.repeat(first, draws)
-    for t in range(horizon):
-        if t > 0:
-            mu, log_std = policy.dist(policy.normalise(torch.as_tensor(sim.observe(),
-                                                                        dtype=torch.float32)))
-            z = mu + noise * torch.exp(log_std) * torch.randn(mu.shape, generator=gen)
-            u = policy.u_max * np.tanh(z.numpy().astype(np.float64))
-        _, r, _, _ = sim.step(u)
-        ret += gamma ** t * r
+    ret, _, _ = rollout(policy, np.repeat(x[None], n, 0), horizon, noise, gamma, gen,
+                        first=np.repeat(first, draws))
     return ret.reshape(len(first), draws).mean(1)
 
 
