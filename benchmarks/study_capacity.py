@@ -88,7 +88,7 @@ def frontier(arch: str, optimum, args) -> None:
     y = label(optimum, x)
     policy = GaussianPolicy(3, optimum.spec.u_max, hidden=hidden, layers=layers)
     policy.obs_norm.update(torch.as_tensor(x))
-    policy.refresh_norm()  # frozen from the first data, as GRPO's deployed normaliser
+    policy.refresh_norm()  # fixed from the first data (GRPO keeps updating its own)
     opt = torch.optim.Adam(policy.net.parameters(), lr=args.lr)
     reference = score(optimum).returns
     hanging = near_hanging("pendulum", "gym")
