@@ -207,6 +207,20 @@ def saturated(mu: torch.Tensor, log_std: torch.Tensor, bound: float) -> torch.Te
     return (mu.abs() - 2.0 * torch.exp(log_std)) > bound
 
 
+def mirrored(noise: torch.Tensor, groups: int, size: int) -> torch.Tensor:
+    """Antithetic pairs: noise (T, groups * size, ...) with branch j + size/2 of each group
+    given the negated noise of branch j. Each branch's noise keeps its distribution (the
+    ratio and the clip are unchanged). A pair's terms in the gradient on the mean are
+    A_j e_j + A_j' (-e_j) = (R_j - R_j') e_j: the return's even-order (curvature) response
+    to the noise is the same for both and cancels, what is left is its odd-order effect
+    (mirrored sampling in evolution strategies, Brockhoff et al. 2010; Salimans et al.
+    2017)."""
+    half = size // 2
+    view = noise.view(noise.shape[0], groups, size, -1)
+    view[:, :, half:2 * half] = -view[:, :, :half]
+    return noise
+
+
 def noise_window(noise: torch.Tensor, loss_steps: int, width: int, gen: torch.Generator,
                  outside: str = "shared") -> tuple[torch.Tensor, torch.Tensor]:
     """Common random numbers within each group: noise (H, groups, G) -> the same, with
@@ -412,6 +426,8 @@ class GroupRollout:
             noise = sde_exploration(policy.log_std.detach(), H, b, cfg.sde_sample_freq, gen)
         else:
             noise = correlated_noise(H, b, cfg.noise_corr, gen)
+        if cfg.antithetic:
+            noise = mirrored(noise, groups, size)
         if cfg.noise_window > 0:
             shared, window = noise_window(noise.view(H, groups, size), cfg.loss_steps,
                                           cfg.noise_window, gen, cfg.noise_outside)

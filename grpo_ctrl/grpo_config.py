@@ -54,6 +54,11 @@ class GRPOConfig:
                              "random window of this many loss steps, which alone carry the "
                              "advantage (common random numbers; 0 = independent noise)",
                              low=0, high=2**20)
+    antithetic: bool = knob(False, "mirrored exploration: branch j + G/2 of a group draws the "
+                            "negated noise of branch j (antithetic pairs, as in evolution "
+                            "strategies): in a pair's gradient on the mean the noise's even-order "
+                            "(curvature) effects on the return cancel; needs an even "
+                            "group_size")
     query_pool: int = knob(0, "trajectories in the pool, of which num_starts are queried each "
                            "iteration, drawn with probability rising with the spread (std) of "
                            "their last group's returns (prioritised queries; 0 = num_starts: "
@@ -269,6 +274,9 @@ def check_config(cfg: GRPOConfig) -> None:
     if cfg.sde and (cfg.state_std or cfg.noise_corr > 0 or cfg.noise_window > 0):
         raise UserError("sde draws its own noise: leave state_std, noise_corr and noise_window "
                         "at their defaults (off) with it")
+    if cfg.antithetic and (cfg.group_size % 2 or cfg.screen_group):
+        raise UserError(f"antithetic pairs each branch with a mirrored one: group_size "
+                        f"({cfg.group_size}) must be even, without screen_group")
     if cfg.minibatches > cfg.num_starts * cfg.group_size:
         raise UserError(f"minibatches ({cfg.minibatches}) exceeds the number of branches "
                         f"({cfg.num_starts * cfg.group_size})")

@@ -9,7 +9,7 @@ import torch
 from grpo_ctrl.grpo import (adapt_clip, aggregate_loss, choose_continuation, clip_fractions,
                             clipped_surrogate, correlated_noise, discounted_returns, draw_queries,
                             gaussian_kl, group_advantages, k3_kl, mean_command_smoothness,
-                            noise_window, predicted_spread, query_probabilities,
+                            mirrored, noise_window, predicted_spread, query_probabilities,
                             ragged_group_advantages, saturated, zero_spread_fraction)
 from grpo_ctrl.policy import (GaussianPolicy, RunningNorm, gaussian_log_prob,
                              squashed_log_prob)
@@ -295,6 +295,41 @@ def test_with_a_noise_window_branches_agree_until_it_and_only_it_carries_advanta
         before = steps[0]
         assert torch.allclose(z[j, :, :before], z[j, :1, :before].expand(4, before))
         assert not torch.allclose(z[j, :, before], z[j, :1, before].expand(4))
+
+
+def test_mirrored_negates_the_first_half_of_each_group_into_the_second():
+    noise = torch.randn(5, 3 * 6, generator=torch.Generator().manual_seed(2))
+    before = noise.clone()
+    out = mirrored(noise, 3, 6).view(5, 3, 6)
+    kept = before.view(5, 3, 6)
+    assert torch.equal(out[:, :, :3], kept[:, :, :3])
+    assert torch.equal(out[:, :, 3:], -kept[:, :, :3])
+    sde = torch.randn(2, 2 * 4, 7, generator=torch.Generator().manual_seed(3))  # gSDE's shape
+    m = mirrored(sde.clone(), 2, 4).view(2, 2, 4, 7)
+    assert torch.equal(m[:, :, 2:], -m[:, :, :2])
+    # every branch keeps N(0, 1) noise: the second half of many groups, as drawn
+    big = mirrored(torch.randn(1, 2 * 100_000, generator=torch.Generator().manual_seed(4)),
+                   100_000, 2).view(100_000, 2)[:, 1]
+    assert float(big.mean()) == pytest.approx(0.0, abs=0.01)
+    assert float(big.std()) == pytest.approx(1.0, abs=0.01)
+
+
+def test_antithetic_branches_take_mirrored_noise_through_the_simulator():
+    """Through a real rollout: z - mu of branch j + G/2 is minus that of branch j at every
+    loss step (the branches reach different states, yet the noise in units of the std
+    stays mirrored), and an odd group is refused."""
+    from grpo_ctrl.errors import UserError
+    from grpo_ctrl.grpo import Trainer
+    from grpo_ctrl.grpo_config import GRPOConfig
+    tr = Trainer(GRPOConfig(num_starts=5, group_size=4, horizon=12, loss_steps=6, overlap=False,
+                            antithetic=True, time_budget=0.0, eval_every=1e9, seed=3),
+                 "pendulum", "gym")
+    batch = tr.rollout.collect(tr.policy, tr.gen)
+    e = (batch.z - batch.mu_old).reshape(5, 4, 6)
+    torch.testing.assert_close(e[:, 2:], -e[:, :2])
+    assert float(e[:, :2].abs().min()) > 0.0
+    with pytest.raises(UserError, match="must be even"):
+        Trainer(GRPOConfig(group_size=5, antithetic=True, overlap=False), "pendulum", "gym")
 
 
 # ------------------------------------------------------------------ where the queries are spent
