@@ -78,7 +78,9 @@ def fit(policy: GaussianPolicy, opt: torch.optim.Optimizer, x: np.ndarray, y: np
     return time.perf_counter() - started
 
 
-def frontier(arch: str, optimum, args) -> None:
+def dagger(arch: str, optimum, args):
+    """Fit a fresh network of ``arch`` ("WIDTHxLAYERS") to the optimum's commands, round by
+    round; yields (policy, round, labelled states, fitting seconds) after each round."""
     hidden, layers = (int(v) for v in arch.split("x"))
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
@@ -90,36 +92,51 @@ def frontier(arch: str, optimum, args) -> None:
     policy.obs_norm.update(torch.as_tensor(x))
     policy.refresh_norm()  # fixed from the first data (GRPO keeps updating its own)
     opt = torch.optim.Adam(policy.net.parameters(), lr=args.lr)
-    reference = score(optimum).returns
-    hanging = near_hanging("pendulum", "gym")
     seconds = 0.0
     for round_ in range(args.rounds):
         if round_ == args.rounds - 2:
             for group in opt.param_groups:
                 group["lr"] = args.lr * 0.3
         seconds += fit(policy, opt, x, y, args.epochs, args.batch, gen)
-        controller = policy.controller(optimum.spec)  # a frozen copy of this round's weights
-        d = score(controller).returns - reference
-        print(f"| {arch} | {round_} | {len(x):,} | {seconds:.0f} | {d.mean():+.2f} "
-              f"({standard_error(d):.2f}) | {d[hanging].mean():+.1f} | {d[~hanging].mean():+.2f} |",
-              flush=True)
-        more = closed_loop_states(controller, args.episodes // 2, args.seed + 100 + round_)
+        yield policy, round_, len(x), seconds
+        more = closed_loop_states(policy.controller(optimum.spec), args.episodes // 2,
+                                  args.seed + 100 + round_)
         x = np.concatenate([x, more])
         y = np.concatenate([y, label(optimum, more)])
+
+
+def paired_row(policy, optimum, reference: np.ndarray, hanging: np.ndarray) -> str:
+    """"minus the optimum (s.e.) | hanging | rest" of ``policy``'s mean action."""
+    d = score(policy.controller(optimum.spec)).returns - reference
+    return f"{d.mean():+.2f} ({standard_error(d):.2f}) | {d[hanging].mean():+.1f} | " \
+           f"{d[~hanging].mean():+.2f}"
+
+
+def frontier(arch: str, optimum, args) -> None:
+    reference = score(optimum).returns
+    hanging = near_hanging("pendulum", "gym")
+    for policy, round_, labelled, seconds in dagger(arch, optimum, args):
+        print(f"| {arch} | {round_} | {labelled:,} | {seconds:.0f} | "
+              f"{paired_row(policy, optimum, reference, hanging)} |", flush=True)
+
+
+def add_fit_options(p: argparse.ArgumentParser, rounds: int = 6, epochs: int = 8,
+                    batch: int = 1024, lr: float = 1e-3) -> None:
+    p.add_argument("--rounds", type=int, default=rounds, help="DAgger rounds")
+    p.add_argument("--epochs", type=int, default=epochs, help="passes over the data per round")
+    p.add_argument("--episodes", type=int, default=2000,
+                   help="optimum episodes at the start (half as many student episodes per round)")
+    p.add_argument("--uniform", type=int, default=200_000, help="uniform states at the start")
+    p.add_argument("--batch", type=int, default=batch)
+    p.add_argument("--lr", type=float, default=lr, help="Adam; x 0.3 for the last two rounds")
+    p.add_argument("--seed", type=int, default=0)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arch", action="append", metavar="WIDTHxLAYERS",
                    help="network to fit (repeatable; default 64x2, the gym default)")
-    p.add_argument("--rounds", type=int, default=6, help="DAgger rounds")
-    p.add_argument("--epochs", type=int, default=8, help="passes over the data per round")
-    p.add_argument("--episodes", type=int, default=2000,
-                   help="optimum episodes at the start (half as many student episodes per round)")
-    p.add_argument("--uniform", type=int, default=200_000, help="uniform states at the start")
-    p.add_argument("--batch", type=int, default=1024)
-    p.add_argument("--lr", type=float, default=1e-3, help="Adam; x 0.3 for the last two rounds")
-    p.add_argument("--seed", type=int, default=0)
+    add_fit_options(p)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     optimum = make_optimum("pendulum", "gym")

@@ -780,12 +780,18 @@ class Trainer:
                 "update_s": time.perf_counter() - t1}
 
     def set_progress(self, fraction: float) -> None:
-        """Learning rate decays linearly from lr to lr_end * lr over the run
-        (fraction 0 to 1 of the budget): fine steps at the end polish the
-        final policy (docs/grpo.md §4)."""
+        """Learning rate decays from lr to lr_end * lr over the run (fraction 0 to 1 of
+        the budget): fine steps at the end polish the final policy (docs/grpo.md §4).
+        Linearly, or with ``lr_decay`` exponential geometrically, which spends more of
+        the run at small steps (near the optimum a step of 5e-4 already loses it,
+        docs/grpo.md §9, seventh pass)."""
         frac = min(max(fraction, 0.0), 1.0)
+        if self.cfg.lr_decay == "exponential":
+            scale = self.cfg.lr_end ** frac
+        else:
+            scale = 1.0 - (1.0 - self.cfg.lr_end) * frac
         for group in self.opt.param_groups:
-            group["lr"] = self.cfg.lr * (1.0 - (1.0 - self.cfg.lr_end) * frac)
+            group["lr"] = self.cfg.lr * scale
 
     def evaluate(self) -> tuple[float, float]:
         """(mean return, success rate) of the deterministic policy, on plants

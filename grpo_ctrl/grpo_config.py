@@ -124,6 +124,10 @@ class GRPOConfig:
     lr: float = knob(2e-3, "Adam learning rate at the start", above=0.0, high=10.0)
     lr_end: float = knob(0.05, "learning rate at the end of the budget, a fraction of lr",
                          low=0.0, high=1.0)
+    lr_decay: str = knob("linear", "how the learning rate falls from lr to lr_end x lr: "
+                         "linearly, or exponential (geometrically: the same factor every "
+                         "second, more of the run at small steps)",
+                         choices=("linear", "exponential"))
     max_grad_norm: float = knob(1.0, "gradient clipping by global norm (0 = none)", low=0.0,
                                 high=1e9)
     # policy
@@ -274,6 +278,9 @@ def check_config(cfg: GRPOConfig) -> None:
     if cfg.sde and (cfg.state_std or cfg.noise_corr > 0 or cfg.noise_window > 0):
         raise UserError("sde draws its own noise: leave state_std, noise_corr and noise_window "
                         "at their defaults (off) with it")
+    if cfg.lr_decay == "exponential" and cfg.lr_end == 0:
+        raise UserError("lr_decay = exponential needs lr_end above 0 (a geometric decay "
+                        "never reaches 0): set lr_end, e.g. 0.02")
     if cfg.antithetic and (cfg.group_size % 2 or cfg.screen_group):
         raise UserError(f"antithetic pairs each branch with a mirrored one: group_size "
                         f"({cfg.group_size}) must be even, without screen_group")

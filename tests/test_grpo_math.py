@@ -421,3 +421,20 @@ def test_noise_outside_mean_without_a_window_is_refused():
     from grpo_ctrl.grpo_config import GRPOConfig, check_config
     with pytest.raises(UserError, match="needs a noise_window"):
         check_config(GRPOConfig(noise_outside="mean", overlap=False))
+
+
+def test_learning_rate_schedules_by_hand():
+    from grpo_ctrl.errors import UserError
+    from grpo_ctrl.grpo import Trainer
+    from grpo_ctrl.grpo_config import GRPOConfig
+    for decay, expected in (("linear", [2e-3, 1.04e-3, 8e-5]),
+                            ("exponential", [2e-3, 4e-4, 8e-5])):  # 2e-3 x 0.04 ** f
+        tr = Trainer(GRPOConfig(num_starts=2, group_size=2, horizon=4, loss_steps=2, lr=2e-3,
+                                lr_end=0.04, lr_decay=decay, overlap=False), "pendulum", "gym")
+        got = []
+        for fraction in (0.0, 0.5, 1.0):
+            tr.set_progress(fraction)
+            got.append(tr.opt.param_groups[0]["lr"])
+        assert got == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(UserError, match="needs lr_end above 0"):
+        Trainer(GRPOConfig(lr_end=0.0, lr_decay="exponential", overlap=False), "pendulum", "gym")
