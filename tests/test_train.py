@@ -340,7 +340,7 @@ def test_every_hyperparameter_documents_itself():
         assert f.metadata.get("doc"), f.name
     assert set(CHOICES) == {"continuation", "reward_form", "adv_scale", "loss_agg",
                             "trust_region", "activation", "smooth_terms", "deploy",
-                            "noise_outside"}
+                            "noise_outside", "lr_decay"}
 
 
 def _group_alive(pgid: int) -> bool:
