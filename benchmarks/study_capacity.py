@@ -55,9 +55,13 @@ def closed_loop_states(controller, episodes: int, seed: int) -> np.ndarray:
 
 
 def uniform_states(n: int, rng: np.random.Generator, max_speed: float) -> np.ndarray:
-    angle = rng.uniform(-np.pi, np.pi, n)
-    speed = rng.uniform(-max_speed, max_speed, n)
-    return np.stack([np.cos(angle), np.sin(angle), speed], 1).astype(np.float32)
+    """Observations (n, 3) of states uniform in angle and in speed up to ``max_speed``,
+    as the simulator observes them."""
+    x = np.stack([rng.uniform(-np.pi, np.pi, n), rng.uniform(-max_speed, max_speed, n)], 1)
+    sim = BatchSim("pendulum", n, "gym")
+    sim.reset()
+    sim.set_state({"x": x})
+    return sim.observe()
 
 
 def fit(policy: GaussianPolicy, opt: torch.optim.Optimizer, x: np.ndarray, y: np.ndarray,
@@ -112,9 +116,7 @@ def paired_row(policy, optimum, reference: np.ndarray, hanging: np.ndarray) -> s
            f"{d[~hanging].mean():+.2f}"
 
 
-def frontier(arch: str, optimum, args) -> None:
-    reference = score(optimum).returns
-    hanging = near_hanging("pendulum", "gym")
+def frontier(arch: str, optimum, reference: np.ndarray, hanging: np.ndarray, args) -> None:
     for policy, round_, labelled, seconds in dagger(arch, optimum, args):
         print(f"| {arch} | {round_} | {labelled:,} | {seconds:.0f} | "
               f"{paired_row(policy, optimum, reference, hanging)} |", flush=True)
@@ -143,8 +145,9 @@ def main(argv=None) -> int:
     print("| network | DAgger round | labelled states | fitting seconds | minus the optimum, "
           "paired (s.e.) | hanging | rest |")
     print("|---|---|---|---|---|---|---|")
+    reference, hanging = score(optimum).returns, near_hanging("pendulum", "gym")
     for arch in args.arch or ["64x2"]:
-        frontier(arch, optimum, args)
+        frontier(arch, optimum, reference, hanging, args)
     return 0
 
 

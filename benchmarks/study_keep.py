@@ -49,9 +49,9 @@ def main(argv=None) -> int:
     print("|---|---|---|---|")
     print(f"| fitted to the optimum ({args.arch}) | "
           f"{paired_row(fitted, optimum, reference, hanging)} |", flush=True)
-    hidden, layers = (int(v) for v in args.arch.split("x"))
     cfg = default_config("pendulum", "gym")
-    cfg.hidden, cfg.layers, cfg.seed = hidden, layers, args.seed
+    cfg.hidden, cfg.layers = fitted.arch["hidden"], fitted.arch["layers"]
+    cfg.seed = args.seed
     cfg.overlap, cfg.time_budget, cfg.eval_every = False, 0.0, 1e9
     if args.log_std is not None:
         cfg.log_std_init = cfg.log_std_min = args.log_std
