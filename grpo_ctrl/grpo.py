@@ -672,7 +672,8 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
 def make_policy(cfg: GRPOConfig, spec) -> GaussianPolicy:
     """The untrained policy a run of ``cfg`` on plant ``spec`` starts from."""
     return GaussianPolicy(spec.nobs, spec.u_max, cfg.hidden, cfg.layers, cfg.activation,
-                          cfg.log_std_init, cfg.state_std, cfg.log_std_min, cfg.sde)
+                          cfg.log_std_init, cfg.state_std, cfg.log_std_min, cfg.sde,
+                          cfg.features, cfg.feature_scale)
 
 
 class Trainer:

@@ -135,6 +135,11 @@ class GRPOConfig:
     layers: int = knob(2, "number of hidden layers", low=1, high=64)
     activation: str = knob("relu", "hidden activation (tanh is slow on this CPU)",
                            choices=("relu", "elu", "tanh"))
+    features: int = knob(0, "random Fourier features of the normalised observation fed to the "
+                         "first layer with it: sin(x B + b), B and b drawn once and fixed "
+                         "(0 = none, the observation alone)", low=0, high=2**16)
+    feature_scale: float = knob(1.0, "std of the Fourier features' frequencies B", above=0.0,
+                                high=1e4)
     log_std_init: float = knob(0.0, "initial log std of the pre-squash Gaussian", low=-20.0,
                                high=5.0)
     log_std_min: float = knob(-2.5, "noise floor: log std is clamped at or above this", low=-20.0,

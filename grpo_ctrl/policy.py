@@ -119,11 +119,34 @@ class RunningNorm:
         self.mean, self.var, self.count = d["mean"].double(), d["var"].double(), float(d["count"])
 
 
-def mlp(nin: int, hidden: int, layers: int, activation: str) -> nn.Sequential:
-    """nin -> [hidden, activation] * layers -> 1, the mean of z."""
+class FourierFeatures(nn.Module):
+    """x -> [sin(x B + b), x]: random Fourier features (Rahimi and Recht 2007; Tancik et
+    al. 2020) of the normalised observation, with the observation itself. B (nin x n,
+    N(0, scale^2)) and the phases b (uniform in [0, 2 pi)) are drawn once and fixed
+    (buffers: saved, loaded and exported with the network, never trained). A ReLU
+    network of the raw observation is slow to fit a command that switches sharply
+    across the state space (the swing-up's switching curve); on these features it
+    fits it several times faster (docs/grpo.md §9, eighth pass). Exports as MatMul,
+    Add, Sin and Concat, which ONNX and the C generator support."""
+
+    def __init__(self, nin: int, n: int, scale: float):
+        super().__init__()
+        self.register_buffer("B", torch.randn(nin, n) * float(scale))
+        self.register_buffer("b", torch.rand(n) * (2.0 * math.pi))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([torch.sin(x @ self.B + self.b), x], dim=-1)
+
+
+def mlp(nin: int, hidden: int, layers: int, activation: str, features: int = 0,
+        feature_scale: float = 1.0) -> nn.Sequential:
+    """nin -> [FourierFeatures (features > 0)] -> [hidden, activation] * layers -> 1, the
+    mean of z."""
     if activation not in ACTIVATIONS:
         raise UserError(f"unknown activation {activation!r}; choose one of {list(ACTIVATIONS)}")
     mods, n = [], nin
+    if features:
+        mods, n = [FourierFeatures(nin, features, feature_scale)], nin + features
     for _ in range(layers):
         mods += [nn.Linear(n, hidden), ACTIVATIONS[activation]()]
         n = hidden
@@ -140,12 +163,14 @@ class GaussianPolicy(nn.Module):
 
     def __init__(self, nobs: int, u_max: float, hidden: int = 64, layers: int = 2,
                  activation: str = "relu", log_std_init: float = 0.0, state_std: bool = False,
-                 log_std_min: float = -math.inf, sde: bool = False):
+                 log_std_min: float = -math.inf, sde: bool = False, features: int = 0,
+                 feature_scale: float = 1.0):
         super().__init__()
         self.arch = {"nobs": nobs, "hidden": hidden, "layers": layers, "activation": activation,
-                     "state_std": bool(state_std), "sde": bool(sde)}
+                     "state_std": bool(state_std), "sde": bool(sde), "features": int(features),
+                     "feature_scale": float(feature_scale)}
         self.u_max = float(u_max)
-        self.net = mlp(nobs, hidden, layers, activation)
+        self.net = mlp(nobs, hidden, layers, activation, features, feature_scale)
         # sde: one log sigma per feature (the hidden layer and the constant, sde_features)
         self.log_std = nn.Parameter(torch.full((hidden + 1 if sde else 1,), float(log_std_init)))
         # state_std: log std(s) = log_std + std_head(last hidden layer), floored at log_std_min;
@@ -231,7 +256,8 @@ class GaussianPolicy(nn.Module):
         p = cls(ck["arch"]["nobs"], ck["u_max"], ck["arch"]["hidden"], ck["arch"]["layers"],
                 ck["arch"]["activation"], state_std=ck["arch"].get("state_std", False),
                 log_std_min=ck.get("config", {}).get("log_std_min", -math.inf),
-                sde=ck["arch"].get("sde", False))
+                sde=ck["arch"].get("sde", False), features=ck["arch"].get("features", 0),
+                feature_scale=ck["arch"].get("feature_scale", 1.0))
         p.net.load_state_dict(ck["net"])
         if p.std_head is not None:
             p.std_head.load_state_dict(ck["std_head"])
@@ -261,7 +287,8 @@ class PolicyController(nn.Module):
         self.register_buffer("obs_mean", mean.clone())
         self.register_buffer("obs_inv_std", inv_std.clone())
         self.net = mlp(policy.arch["nobs"], policy.arch["hidden"], policy.arch["layers"],
-                       policy.arch["activation"])
+                       policy.arch["activation"], policy.arch.get("features", 0),
+                       policy.arch.get("feature_scale", 1.0))
         self.net.load_state_dict(policy.net.state_dict())
         self.u_max = float(policy.u_max)
         self.requires_grad_(False)

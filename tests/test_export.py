@@ -285,6 +285,22 @@ def test_grpo_policy_controller_round_trip(activation, tmp_path):
     assert_round_trip(PolicyController(policy, spec), tmp_path)
 
 
+def test_fourier_feature_policy_round_trip(tmp_path):
+    """A policy on random Fourier features (MatMul, Add, Sin, Concat before the MLP) exports
+    to ONNX and to C like the plain MLP, with its frequencies high enough that sin wraps
+    many times over the operating range."""
+    spec = spec_of("pendulum", "gym")
+    torch.manual_seed(3)
+    policy = GaussianPolicy(spec.nobs, spec.u_max, hidden=32, layers=2, features=16,
+                            feature_scale=3.0)
+    policy.obs_norm.update(torch.randn(500, spec.nobs) * torch.tensor([0.7, 0.7, 4.0]))
+    policy.refresh_norm()
+    with torch.no_grad():
+        policy.net[-1].weight.mul_(100.0)
+    model = assert_round_trip(PolicyController(policy, spec), tmp_path)
+    assert {"Sin", "Concat"} <= {n.op_type for n in model.graph.node}
+
+
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     from grpo_ctrl.grpo_config import GRPOConfig

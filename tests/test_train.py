@@ -558,6 +558,37 @@ def test_per_state_noise_is_sampled_scored_and_saved_as_its_own_std(tmp_path):
         tr.spec.nobs, tr.spec.u_max, state_std=True, log_std_min=-1.0))
 
 
+def test_fourier_features_feed_sin_of_the_normalised_observation_and_stay_fixed(tmp_path):
+    """features: the first layer sees [sin(x B + b), x] of the normalised observation x,
+    computed here by hand in numpy (float64); B and b are drawn once, from the run's seed,
+    and no update moves them; saved, loaded and copied, the policy is the same."""
+    from grpo_ctrl.policy import GaussianPolicy
+    cfg = GRPOConfig(num_starts=4, group_size=4, horizon=16, loss_steps=8, overlap=False,
+                     seed=2, iterations=1, time_budget=0.0, threads=1, features=8,
+                     feature_scale=2.0)
+    tr = Trainer(cfg, "pendulum", "gym")
+    features = tr.policy.net[0]
+    B, b = features.B.clone(), features.b.clone()
+    assert B.shape == (3, 8) and b.shape == (8,)
+    assert 1.0 < float(B.std()) < 3.5 and 0.0 <= float(b.min()) and float(b.max()) < 2 * np.pi
+    again = Trainer(cfg, "pendulum", "gym").policy.net[0]
+    assert torch.equal(again.B, B) and torch.equal(again.b, b)  # from the seed
+    batch = tr.rollout.collect(tr.policy, tr.gen)
+    x = batch.obs.reshape(-1, 3)
+    x64, B64, b64 = (t.double().numpy() for t in (x, B, b))
+    by_hand = np.concatenate([np.sin(x64 @ B64 + b64), x64], axis=1)
+    first = tr.policy.net[1]
+    w, c = first.weight.detach().double().numpy(), first.bias.detach().double().numpy()
+    with torch.no_grad():
+        got = first(features(x)).double().numpy()
+    assert np.allclose(got, by_hand @ w.T + c, atol=1e-4)
+    tr.step()
+    assert torch.equal(features.B, B) and torch.equal(features.b, b)
+    assert not torch.equal(first.weight, torch.as_tensor(w, dtype=torch.float32))  # it learned
+    _assert_saved_and_copied_alike(tr, batch, tmp_path, GaussianPolicy(
+        tr.spec.nobs, tr.spec.u_max, features=8, feature_scale=2.0))
+
+
 def _assert_saved_and_copied_alike(tr: Trainer, batch, tmp_path, copy) -> None:
     """Saved and loaded, and copied as the overlap collector receives it (into ``copy``),
     the policy has the same distribution; the loaded controller acts on the mean alone."""
