@@ -19,6 +19,8 @@ samples, so at a given number of seconds this is an optimistic reference for wha
 the same network can reach, not a bound.
 
     python benchmarks/study_capacity.py --arch 64x2 --arch 128x3
+    python benchmarks/study_capacity.py --features 64 --feature-scale 3 --lr 3e-3 \\
+        --batch 512 --rounds 4 --epochs 4        # eighth pass: Fourier features
 """
 from __future__ import annotations
 
@@ -92,7 +94,8 @@ def dagger(arch: str, optimum, args):
     x = np.concatenate([closed_loop_states(optimum, args.episodes, args.seed + 1),
                         uniform_states(args.uniform, rng, optimum.spec.v_max)])
     y = label(optimum, x)
-    policy = GaussianPolicy(3, optimum.spec.u_max, hidden=hidden, layers=layers)
+    policy = GaussianPolicy(3, optimum.spec.u_max, hidden=hidden, layers=layers,
+                            features=args.features, feature_scale=args.feature_scale)
     policy.obs_norm.update(torch.as_tensor(x))
     policy.refresh_norm()  # fixed from the first data (GRPO keeps updating its own)
     opt = torch.optim.Adam(policy.net.parameters(), lr=args.lr)
@@ -132,6 +135,10 @@ def add_fit_options(p: argparse.ArgumentParser, rounds: int = 6, epochs: int = 8
     p.add_argument("--batch", type=int, default=batch)
     p.add_argument("--lr", type=float, default=lr, help="Adam; x 0.3 for the last two rounds")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--features", type=int, default=0,
+                   help="random Fourier features before the network (GRPOConfig.features)")
+    p.add_argument("--feature-scale", type=float, default=1.0,
+                   help="std of their frequencies (GRPOConfig.feature_scale)")
 
 
 def main(argv=None) -> int:

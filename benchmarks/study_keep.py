@@ -51,6 +51,7 @@ def main(argv=None) -> int:
           f"{paired_row(fitted, optimum, reference, hanging)} |", flush=True)
     cfg = default_config("pendulum", "gym")
     cfg.hidden, cfg.layers = fitted.arch["hidden"], fitted.arch["layers"]
+    cfg.features, cfg.feature_scale = fitted.arch["features"], fitted.arch["feature_scale"]
     cfg.seed = args.seed
     cfg.overlap, cfg.time_budget, cfg.eval_every = False, 0.0, 1e9
     if args.log_std is not None:
