@@ -20,8 +20,9 @@ update needs only ``gaussian_log_prob``.
 
 Deployment. The deterministic action is ``u_max * tanh(mu)``. ``PolicyController``
 freezes the observation normalisation into the module, and uses only Linear,
-ReLU/ELU/tanh, tanh squashing, affine scaling and clamp, which export simply
-to ONNX opset 17 and to plain C. ReLU is the default hidden activation:
+ReLU/ELU/tanh, tanh squashing, affine scaling and clamp (with ``features``, also
+a matrix product, sin and a concatenation), which export simply to ONNX opset 17
+and to plain C. ReLU is the default hidden activation:
 ``torch.tanh`` is an order of magnitude slower than ReLU on this CPU.
 """
 from __future__ import annotations
