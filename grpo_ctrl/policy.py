@@ -159,6 +159,12 @@ def mlp(nin: int, hidden: int, layers: int, activation: str, features: int = 0,
     return nn.Sequential(*mods)
 
 
+def mlp_for(arch: dict) -> nn.Sequential:
+    """A fresh mean network of a policy's ``arch`` (GaussianPolicy.arch)."""
+    return mlp(arch["nobs"], arch["hidden"], arch["layers"], arch["activation"],
+               arch["features"], arch["feature_scale"])
+
+
 class GaussianPolicy(nn.Module):
     """The trained object: mean network, log_std, observation normaliser, u_max."""
 
@@ -171,7 +177,7 @@ class GaussianPolicy(nn.Module):
                      "state_std": bool(state_std), "sde": bool(sde), "features": int(features),
                      "feature_scale": float(feature_scale)}
         self.u_max = float(u_max)
-        self.net = mlp(nobs, hidden, layers, activation, features, feature_scale)
+        self.net = mlp_for(self.arch)
         # sde: one log sigma per feature (the hidden layer and the constant, sde_features)
         self.log_std = nn.Parameter(torch.full((hidden + 1 if sde else 1,), float(log_std_init)))
         # state_std: log std(s) = log_std + std_head(last hidden layer), floored at log_std_min;
@@ -287,9 +293,7 @@ class PolicyController(nn.Module):
         mean, inv_std = policy.obs_norm.scale()
         self.register_buffer("obs_mean", mean.clone())
         self.register_buffer("obs_inv_std", inv_std.clone())
-        self.net = mlp(policy.arch["nobs"], policy.arch["hidden"], policy.arch["layers"],
-                       policy.arch["activation"], policy.arch.get("features", 0),
-                       policy.arch.get("feature_scale", 1.0))
+        self.net = mlp_for(policy.arch)
         self.net.load_state_dict(policy.net.state_dict())
         self.u_max = float(policy.u_max)
         self.requires_grad_(False)
