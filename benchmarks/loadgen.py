@@ -5,6 +5,9 @@ while the control loop runs.
 Kinds (each a set of child processes, stopped when the ``load`` block ends):
 
 * ``cpu``: one busy-looping process per CPU;
+* ``crowd``: eight per CPU, an oversubscribed runner (a CI machine shared with
+  other jobs): run the loop under ``setpriv --bounding-set -sys_nice`` too, as
+  a container without CAP_SYS_NICE gets no real-time priority;
 * ``disk``: two writers of 64 MiB blocks, each followed by fsync, up to
   ``DISK_GB`` per file before it is deleted and begun again, and one writer
   of ``3 * DISK_GB`` without fsync (dirty pages pile up until the kernel
@@ -35,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-KINDS = ("cpu", "disk", "memory", "pip", "mix")
+KINDS = ("cpu", "crowd", "disk", "memory", "pip", "mix")
 DISK_GB = 2.0
 MEMORY_GB = 4.0
 REPO = Path(__file__).resolve().parent.parent
@@ -99,6 +102,8 @@ def _targets(kind: str, folder: str, disk_gb: float, memory_gb: float):
     cpus = os.cpu_count() or 1
     if kind in ("cpu", "mix"):
         yield from ((_spin, ()) for _ in range(cpus))
+    if kind == "crowd":
+        yield from ((_spin, ()) for _ in range(8 * cpus))
     if kind in ("disk", "mix"):
         yield from ((_write_files, (folder, disk_gb, True)) for _ in range(2))
         yield _write_files, (folder, 3 * disk_gb, False)

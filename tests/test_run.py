@@ -65,9 +65,14 @@ def check_accounting(log, summary):
 
 
 # Near upright (0.1 rad, at rest), held still until the host arms. The
-# watchdog is 10 periods rather than 2: a busy CI machine can hold up a
-# pseudo-terminal for longer than 10 ms (test_hil checks the default).
-START = dict(system="pendulum", preset="rig", angle0=0.1, hold_until_armed=True, watchdog_ms=50)
+# watchdog is 30 periods rather than 2 (test_hil checks the default): these
+# tests are about the chain, and a CI machine shared with other jobs, with no
+# real-time priority in its container, holds the host up for more than 10 ms
+# often and for more than 50 ms now and then (a CI run of December 1 tripped
+# 50 ms in four tests running; `bench_loop.py --load crowd` under `setpriv
+# --bounding-set -sys_nice`: round trips up to 34 ms, one run of four tripped
+# 50 ms, none of five 150 ms; firmware_bridge/README.md).
+START = dict(system="pendulum", preset="rig", angle0=0.1, hold_until_armed=True, watchdog_ms=150)
 
 
 def test_exported_controller_balances_the_rig_for_10_s(rig_controller, tmp_path):
@@ -199,11 +204,12 @@ def test_velocity_limit_exceeded_ends_in_a_safe_stop(swingup, tmp_path):
 
 
 def test_lost_link_ends_the_run_and_the_device_stops_itself(swingup, tmp_path):
-    # START's 50 ms watchdog, not the default two periods (10 ms): a loaded
-    # 2-CPU machine delays the pty by more than 10 ms now and then (the
-    # kernel's tty worker waits behind other processes), and a watchdog trip
-    # before the line goes is another test (the velocity-limit one is alike)
-    with serve_hil(HilConfig(**START, disconnect_after=1.5)) as hil:
+    # a 50 ms watchdog, not the default two periods (10 ms): a loaded 2-CPU
+    # machine delays the pty by more than 10 ms now and then (the kernel's
+    # tty worker waits behind other processes), and a watchdog trip before
+    # the line goes is another test (the velocity-limit one is alike); not
+    # START's 150 ms either: the trip's time after the line goes is checked
+    with serve_hil(HilConfig(**dict(START, watchdog_ms=50), disconnect_after=1.5)) as hil:
         s = run_loop(hil.port, swingup, 5.0, tmp_path / "ll.csv", print_fn=lambda *_: None)
         time.sleep(0.1)
         trace, stats = hil.trace(), hil.stats()
@@ -220,18 +226,18 @@ def test_lost_link_ends_the_run_and_the_device_stops_itself(swingup, tmp_path):
 
 def test_added_latency_shows_in_the_measured_round_trip(swingup, tmp_path):
     """The injector delays every device frame by 2 ms (and 5% of them by 6 ms
-    more): the device's own round-trip measurement sees it, the loop holds.
-    The watchdog is three periods: an 8 ms STATE and the pty's own way back
-    can take more than the default two (PROTOCOL.md, "Watchdog": it bounds
-    the age of the STATE the command in effect answers)."""
-    base = dict(START, watchdog_ms=15)
-    with serve_hil(HilConfig(**base)) as hil:
+    more): the device's own round-trip measurement sees the 2 ms, and each
+    spiked STATE misses its deadline (it arrives after the next tick, with
+    the next STATE behind it, and only that newer one is answered); the
+    loop holds."""
+    with serve_hil(HilConfig(**START)) as hil:
         clean = run_loop(hil.port, swingup, 2.0, None, print_fn=lambda *_: None)
-    with serve_hil(HilConfig(**base, latency_ms=2.0, spike_rate=0.05, spike_ms=6.0)) as hil:
+    with serve_hil(HilConfig(**START, latency_ms=2.0, spike_rate=0.05, spike_ms=6.0)) as hil:
         slow = run_loop(hil.port, swingup, 2.0, None, print_fn=lambda *_: None)
     assert clean["ended"] == slow["ended"] == "completed"
     assert slow["loop_latency_ms_p50"] - clean["loop_latency_ms_p50"] == pytest.approx(2.0, abs=0.5)
-    assert slow["loop_latency_ms_p99"] > 6.0          # the spikes
+    # ~20 of 400 STATEs spiked (binomial s.d. 4.4): 10 is two s.d. below
+    assert slow["missed_fraction"] > 0.025
     assert slow["missed_deadlines"] > clean["missed_deadlines"]
 
 
