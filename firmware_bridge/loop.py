@@ -67,6 +67,7 @@ class ControlLoop:
         self.next_command = 0.0
         self.r = _Run()
         self.last_state_seq = self.last_state_t_us = 0   # the newest STATE received
+        self.last_account_t_us = None   # device time of the newest STATE accounted
         self.armed = False
         self.arming = False   # ARM sent, not yet confirmed
         self.ended = "completed"
@@ -82,10 +83,18 @@ class ControlLoop:
         more could have been sent since the last frame, else a jump of the
         device's counter (which also covers one going backwards)."""
         r = self.r
+        dev_t_us = msg.t_us if isinstance(msg, P.State) else None
         if r.expected_seq is not None:
             gap = (f.seq - r.expected_seq) & 0xFFFFFFFF
             if gap:
-                possible = (rx - self.last_account_rx) / self.period * 2 + MIN_LOST_GAP
+                # the time the device had to send them: the host's since the last
+                # frame, or the device's own clock between two STATEs where that is
+                # longer (a backlog read at once, after the host did not read for
+                # seconds: policy loading on a crowded machine)
+                elapsed = rx - self.last_account_rx
+                if dev_t_us is not None and self.last_account_t_us is not None:
+                    elapsed = max(elapsed, (dev_t_us - self.last_account_t_us) * 1e-6)
+                possible = elapsed / self.period * 2 + MIN_LOST_GAP
                 if gap <= possible:
                     r.lost += gap
                     kind = "lost"
@@ -96,6 +105,8 @@ class ControlLoop:
                                       "host_rx_s": rx - self.t0})
         r.expected_seq = (f.seq + 1) & 0xFFFFFFFF
         self.last_account_rx = rx
+        if dev_t_us is not None:
+            self.last_account_t_us = dev_t_us
         if msg is None or not isinstance(msg, P.State):  # states are logged with their command
             row = {"kind": type(msg).__name__.lower() if msg is not None else "malformed",
                    "dev_seq": f.seq, "host_rx_s": rx - self.t0}

@@ -275,6 +275,40 @@ def test_a_device_that_is_heard_is_asked_until_its_info_gets_through():
     assert silent.hellos == 10 and time.monotonic() - t < 4.0
 
 
+def test_a_backlog_read_at_once_counts_the_frames_the_device_dropped_as_lost():
+    """The host reads nothing for 5 s (an onnxruntime session loading on a
+    crowded machine), the device drops what its line cannot hold, and the
+    backlog arrives in one read: the gap is 1,000 frames lost (the device's
+    clock says 5 s passed), not a sequence jump, and the telemetry covers
+    every number (a crowded run once failed tests/test_run.py's accounting)."""
+    from types import SimpleNamespace
+
+    from grpo_ctrl.firmware_bridge.loop import ControlLoop
+
+    class Rows:
+        rows = []
+
+        def write(self, row):
+            self.rows.append(row)
+
+    info = SimpleNamespace(period_us=5000, watchdog_us=10_000)
+    loop = ControlLoop(None, info, None, None, Rows(), threading.Event())
+
+    def state(seq, t_us):
+        return P.Frame(P.State.TYPE, seq, b""), P.State(t_us, 0, 0, 0.0, 0, 0, 0, pos=(0,),
+                                                        vel=(0,))
+
+    rx = time.monotonic()
+    for seq, t_us in ((10, 1_000_000), (11, 1_005_000), (1012, 6_010_000), (1013, 6_015_000)):
+        loop.account(*state(seq, t_us), rx)
+        rx += 1e-5   # read at once
+    assert loop.r.lost == 1000 and loop.r.seq_jumps == 0
+    assert [r["kind"] for r in loop.telemetry.rows] == ["lost"]
+    # a jump of the counter alone (the device's clock 5 ms on) is still a jump
+    loop.account(*state(1_000_000, 6_020_000), rx)
+    assert loop.r.seq_jumps == 1 and loop.r.lost == 1000
+
+
 def test_sigint_ends_a_run_against_a_jumping_device(swingup, tmp_path):
     device = FakeDevice("seq_jump")
     device.start()
@@ -316,8 +350,10 @@ def nan_policy(src, dst):
 def test_a_policy_that_returns_nan_ends_in_a_safe_stop_and_one_line(swingup, tmp_path):
     policy = nan_policy(swingup, tmp_path / "nan.onnx")
     log = tmp_path / "n.csv"
+    # the watchdog is 150 ms, not two periods: no command ever answers, and the
+    # host's DISARM must beat the watchdog (a crowded machine took over 10 ms)
     with serve_hil(HilConfig(system="pendulum", preset="rig", angle0=0.1,
-                             hold_until_armed=True)) as hil:
+                             hold_until_armed=True, watchdog_ms=150)) as hil:
         r = subprocess.run(CLI + ["run", "--port", hil.port, "--policy", str(policy),
                                   "--duration", "5", "--log", str(log)],
                            capture_output=True, text=True, timeout=60)

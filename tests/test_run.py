@@ -190,7 +190,7 @@ def test_an_exported_policy_for_another_preset_is_refused_by_its_limits(tmp_path
 def test_velocity_limit_exceeded_ends_in_a_safe_stop(swingup, tmp_path):
     limit = 3.0
     with serve_hil(HilConfig(system="pendulum", preset="rig", angle0=0.5, hold_until_armed=True,
-                             velocity_limit=limit)) as hil:
+                             velocity_limit=limit, watchdog_ms=START["watchdog_ms"])) as hil:
         r = grpo_run(hil.port, swingup, 10, tmp_path / "lim.csv")
         trace, stats = hil.trace(), hil.stats()
     assert r.returncode == 3, r.stderr
