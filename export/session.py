@@ -69,7 +69,7 @@ class PolicySession:
         except ValueError as e:
             raise UserError(f"{str(path)!r} has unreadable grpo-ctrl metadata: {e}") from None
         self._check_shapes(path)
-        self._check_expected(path, system=system, nobs=nobs, u_max=u_max, preset=preset)
+        self.check_expected(system=system, nobs=nobs, u_max=u_max, preset=preset)
         self.nobs = len(self.metadata["obs_names"])
         self.u_max = self.metadata["u_max"]
         self.dt = self.metadata["dt"]
@@ -97,8 +97,10 @@ class PolicySession:
                 raise UserError(f"{str(path)!r}: the {what} is {arg.type} {shape}; a controller "
                                 f"for {nobs} observations needs float (batch, {width})")
 
-    def _check_expected(self, path: Path, **expected) -> None:
-        m = self.metadata
+    def check_expected(self, **expected) -> None:
+        """A refusal unless the controller is for these (system, preset, nobs,
+        u_max; None: any)."""
+        m, path = self.metadata, self.path
         have = {"system": m["system"], "preset": m["preset"], "nobs": len(m["obs_names"]),
                 "u_max": m["u_max"]}
         for key, want in expected.items():

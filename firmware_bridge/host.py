@@ -26,7 +26,8 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.firmware_bridge import protocol as P
 from grpo_ctrl.firmware_bridge.link import Link, handshake, select_control_source
 from grpo_ctrl.firmware_bridge.loop import ControlLoop, format_summary
-from grpo_ctrl.firmware_bridge.observation import Features, load_onnx_controller
+from grpo_ctrl.firmware_bridge.observation import (Features, check_onnx_controller,
+                                                   open_onnx_controller)
 from grpo_ctrl.firmware_bridge.telemetry import Telemetry, write_plot
 from grpo_ctrl.option_types import positive_int, positive_seconds
 
@@ -71,6 +72,8 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
         previous_handlers = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     telemetry = loop = None
     try:
+        onnx_policy = (open_onnx_controller(policy_path)
+                       if not on_device and make_policy is None else None)
         with Link(port, baudrate) as link:
             info, info_frame = handshake(link)
             features = Features(info)
@@ -80,7 +83,7 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
             elif make_policy is not None:
                 policy = make_policy(info, features)
             else:
-                policy = load_onnx_controller(policy_path, info, features, warn=print_fn)
+                policy = check_onnx_controller(onnx_policy, info, features, warn=print_fn)
             telemetry = Telemetry(log)
             loop = ControlLoop(link, info, features, policy, telemetry, stop,
                                keepalive_only=on_device)

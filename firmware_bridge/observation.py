@@ -57,14 +57,26 @@ class Features:
         return math.atan2(float(obs[i + 1]), float(obs[i]))
 
 
-def load_onnx_controller(path, info: P.Info, features: Features, warn=print):
-    """The ONNX controller, checked against the device: same system, same
-    observation layout, same actuator limit; otherwise a refusal."""
+def open_onnx_controller(path):
+    """The ONNX controller at ``path``, opened before the port is: importing
+    onnx and onnxruntime takes about 0.9 s here (seconds on a crowded
+    machine), and between the handshake and arming the device's STATEs pile
+    up, about 1.1 s of them before its line drops some."""
     from grpo_ctrl.export.session import PolicySession
 
     try:
-        policy = PolicySession(path, system=info.system_name, nobs=len(features.obs_names),
-                               u_max=info.u_max)
+        return PolicySession(path)
+    except UserError as e:
+        raise UserError(f"refusing to arm: {e}") from None
+
+
+def check_onnx_controller(policy, info: P.Info, features: Features, warn=print):
+    """The opened controller, checked against the device: same system, same
+    observation layout, same actuator limit; otherwise a refusal."""
+    path = policy.path
+    try:
+        policy.check_expected(system=info.system_name, nobs=len(features.obs_names),
+                              u_max=info.u_max)
     except UserError as e:
         raise UserError(f"refusing to arm: {e}") from None
     meta = policy.metadata
