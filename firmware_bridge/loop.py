@@ -210,7 +210,8 @@ class ControlLoop:
         answered: a COMMAND for an older one would be superseded on arrival,
         and a host that answers every STATE of a backlog stays busy, so that
         on a loaded machine it falls further behind instead of catching up
-        (issue 10: CI runs where the watchdog tripped after 2-3 s)."""
+        (a CI run of December 1: the watchdog tripped 2-3 s into four runs;
+        firmware_bridge/README.md)."""
         newest = max((i for i, f in enumerate(frames) if f.type == P.State.TYPE), default=-1)
         for i, f in enumerate(frames):
             try:
