@@ -77,6 +77,12 @@ class Link:
         return self.decoder.crc_errors
 
     @property
+    def heard(self) -> int:
+        """Frames received since the last flush, valid or not."""
+        d = self.decoder
+        return d.frames + d.crc_errors + d.bad_frames + d.overflows
+
+    @property
     def bad_frames(self) -> int:
         """Frames the decoder threw away: bad length or type, or overflowing its buffer."""
         return self.decoder.bad_frames + self.decoder.overflows
@@ -186,14 +192,11 @@ def handshake(link: Link, tries: int = 10, tries_heard: int = 40) -> tuple[P.Inf
     with probability 0.95 x 0.99^110 = 0.32, and ten tries all failed in
     about one run of 30 (December 1); forty fail in one of 10^6."""
     link.flush_input()
-    heard, sent = [], 0
-    while sent < tries_heard:
-        if sent >= tries and not (heard or link.crc_errors or link.bad_frames):
-            break
+    sent = 0
+    while sent < tries_heard and (sent < tries or link.heard):
         link.send(P.Hello())
         sent += 1
-        got = await_frame(link, lambda f, m: isinstance(m, P.Info), 0.3,
-                          on_frame=lambda f, rx: heard.append(f.type) if not heard else None)
+        got = await_frame(link, lambda f, m: isinstance(m, P.Info), 0.3)
         if got is not None:
             frame, info = got
             if info.protocol_version != P.VERSION:

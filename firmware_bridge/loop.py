@@ -67,7 +67,6 @@ class ControlLoop:
         self.next_command = 0.0
         self.r = _Run()
         self.last_state_seq = self.last_state_t_us = 0   # the newest STATE received
-        self.last_account_t_us = None   # device time of the newest STATE accounted
         self.armed = False
         self.arming = False   # ARM sent, not yet confirmed
         self.ended = "completed"
@@ -92,8 +91,8 @@ class ControlLoop:
                 # longer (a backlog read at once, after the host did not read for
                 # seconds: policy loading on a crowded machine)
                 elapsed = rx - self.last_account_rx
-                if dev_t_us is not None and self.last_account_t_us is not None:
-                    elapsed = max(elapsed, (dev_t_us - self.last_account_t_us) * 1e-6)
+                if dev_t_us is not None and r.last_t_us is not None:
+                    elapsed = max(elapsed, (dev_t_us - r.last_t_us) * 1e-6)
                 possible = elapsed / self.period * 2 + MIN_LOST_GAP
                 if gap <= possible:
                     r.lost += gap
@@ -106,7 +105,7 @@ class ControlLoop:
         r.expected_seq = (f.seq + 1) & 0xFFFFFFFF
         self.last_account_rx = rx
         if dev_t_us is not None:
-            self.last_account_t_us = dev_t_us
+            r.last_t_us = dev_t_us
         if msg is None or not isinstance(msg, P.State):  # states are logged with their command
             row = {"kind": type(msg).__name__.lower() if msg is not None else "malformed",
                    "dev_seq": f.seq, "host_rx_s": rx - self.t0}
@@ -123,7 +122,6 @@ class ControlLoop:
         r = self.r
         r.states += 1
         r.first_t_us = s.t_us if r.first_t_us is None else r.first_t_us
-        r.last_t_us = s.t_us
         obs = self.observe(s)
         action, tx = None, None
         if answer and self.armed and s.mode == P.MODE_ARMED and not self.stop.is_set() and \

@@ -50,6 +50,7 @@ class FakeDevice(threading.Thread):
         self.hostile_at = None      # monotonic time it turned hostile
         self.commands = []          # (time, u, state_seq) as received
         self.burst_ends = []        # seq of the newest STATE of each burst
+        self.ticks = 0
         self.disarmed_at = None
         self.sent = 0               # frames sent
         self.done = threading.Event()
@@ -125,7 +126,7 @@ class FakeDevice(threading.Thread):
             self.seq += 1
             self.write(wire[:len(wire) // 2] + b"\x00")
         elif self.hostile == "burst":  # a stalled line: five STATEs at once, every fifth tick
-            self.ticks = getattr(self, "ticks", 0) + 1
+            self.ticks += 1
             if self.ticks % 5 == 0:
                 wire = b""
                 for _ in range(5):
@@ -218,7 +219,8 @@ def test_an_answer_waiting_when_the_host_wakes_past_its_deadline_is_taken():
     ack = P.Frame(P.Ack.TYPE, 9, P.Ack(P.Disarm.TYPE, 3, 0, P.MODE_DISARMED).pack())
 
     class DescheduledLink:
-        backlog, polls = [], 0
+        def __init__(self):
+            self.backlog, self.polls = [], 0
 
         def poll(self, timeout):
             self.polls += 1
@@ -234,12 +236,12 @@ def test_an_answer_waiting_when_the_host_wakes_past_its_deadline_is_taken():
 class LossyHelloLink:
     """A device whose INFO is lost ``lose`` times while its STATEs (or, if
     ``silent``, nothing at all) get through."""
-    name, backlog, crc_errors, bad_frames = "fake", [], 0, 0
+    name = "fake"
 
     def __init__(self, lose, silent=False):
         self.lose, self.silent, self.hellos = lose, silent, 0
         self.decoder = P.Decoder()
-        self.pending = []
+        self.backlog, self.pending, self.heard = [], [], 0
 
     def flush_input(self):
         pass
@@ -258,7 +260,10 @@ class LossyHelloLink:
         if self.pending:
             frames, self.pending = self.pending, []
             return frames
-        return [] if self.silent else [P.Frame(P.State.TYPE, 1, b"")]
+        if self.silent:
+            return []
+        self.heard += 1
+        return [P.Frame(P.State.TYPE, 1, b"")]
 
 
 def test_a_device_that_is_heard_is_asked_until_its_info_gets_through():
@@ -286,7 +291,8 @@ def test_a_backlog_read_at_once_counts_the_frames_the_device_dropped_as_lost():
     from grpo_ctrl.firmware_bridge.loop import ControlLoop
 
     class Rows:
-        rows = []
+        def __init__(self):
+            self.rows = []
 
         def write(self, row):
             self.rows.append(row)
