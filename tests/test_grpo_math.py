@@ -438,3 +438,34 @@ def test_learning_rate_schedules_by_hand():
         assert got == pytest.approx(expected, rel=1e-12)
     with pytest.raises(UserError, match="needs lr_end above 0"):
         Trainer(GRPOConfig(lr_end=0.0, lr_decay="exponential", overlap=False), "pendulum", "gym")
+
+
+@pytest.mark.parametrize("trust_region", ["fixed", "adaptive"])
+def test_reported_kl_is_the_exact_kl_after_the_update(trust_region):
+    """kl_old is KL(pi_old || pi) after the update: over the whole batch where the adaptive
+    clip steers by it, over one branch in KL_STRIDE (a diagnostic) otherwise; either way
+    within a fifth of the whole batch's (the sampled branches are iid draws of the same
+    groups), recomputed here from the policy by the closed form."""
+    import copy
+    from grpo_ctrl.grpo import KL_STRIDE, Trainer, grpo_update
+    from grpo_ctrl.grpo_config import GRPOConfig
+    cfg = GRPOConfig(num_starts=32, group_size=8, horizon=16, loss_steps=8, overlap=False,
+                     trust_region=trust_region, time_budget=0.0, eval_every=1e9, seed=3,
+                     lr=3e-3)
+    tr = Trainer(cfg, "pendulum", "gym")
+    batch = tr.rollout.collect(tr.policy, tr.gen)
+    policy = copy.deepcopy(tr.policy)
+    stats = grpo_update(policy, None, torch.optim.Adam(policy.parameters(), lr=cfg.lr), batch,
+                        cfg, cfg.eps_low, cfg.eps_high, tr.gen)
+    with torch.no_grad():
+        mu, log_std = policy.dist(batch.obs)
+        kl = gaussian_kl(batch.mu_old, batch.log_std_old, mu, log_std)
+    whole = float((kl * batch.mask).sum() / batch.mask.sum())
+    assert whole > 1e-5  # the update moved the policy
+    if trust_region == "adaptive":
+        assert stats["kl_old"] == pytest.approx(whole, rel=1e-5)
+    else:
+        rows = slice(1, None, KL_STRIDE)
+        sub = float((kl[rows] * batch.mask[rows]).sum() / batch.mask[rows].sum())
+        assert stats["kl_old"] == pytest.approx(sub, rel=1e-5)
+        assert stats["kl_old"] == pytest.approx(whole, rel=0.2)
