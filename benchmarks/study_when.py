@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""When in an episode a controller loses against the optimum (gym pendulum).
+
+Every controller runs the 1,000 held-out episodes (Gymnasium's Pendulum-v1 starts, the C
+simulator's ``gym`` preset) with the dynamic-programming optimum beside it. The per-step
+reward differences, summed over windows of ``--window`` steps and averaged over the
+episodes, show where a return is lost: a controller that pays later for saving early
+(a discount's trade) gains in the first window and loses in the next ones. Hanging
+starts (within 0.64 rad of hanging down) and the rest are shown apart.
+
+A controller is a run folder (its latest.pt), a checkpoint file, or ``rh:GAMMA:STEPS``:
+the receding-horizon optimum of an objective that sees STEPS rewards ahead discounted by
+GAMMA (``horizon_values``), the best any policy trained on that objective can do
+(docs/grpo.md §9, ninth pass).
+
+    python benchmarks/study_when.py RUN/latest.pt rh:0.99:64 rh:1.0:64
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from grpo_ctrl.baselines.optimum import OptimalPendulum, horizon_values, make_optimum
+from grpo_ctrl.closed_loop import act
+from grpo_ctrl.heldout import HELDOUT_EPISODES, near_hanging, start_states
+from grpo_ctrl.policy import load_policy
+from grpo_ctrl.run_folder import LATEST
+from grpo_ctrl.sim import BatchSim
+
+
+def step_rewards(controller, x0: np.ndarray) -> np.ndarray:
+    """Per-step rewards (max_steps, N) of ``controller`` from start states x0 (N, 2)."""
+    sim = BatchSim("pendulum", len(x0), "gym", seed=0)
+    sim.reset()
+    sim.set_state({"x": x0})
+    obs, rewards = sim.observe(), []
+    for _ in range(sim.model.max_steps):
+        obs, r, _, _ = sim.step(act(controller, obs))
+        rewards.append(np.array(r, copy=True))  # the simulator reuses its reward buffer
+    return np.array(rewards)
+
+
+def controller_of(name: str, optimum: OptimalPendulum):
+    if name.startswith("rh:"):
+        try:
+            gamma, steps = float(name.split(":")[1]), int(name.split(":")[2])
+        except (IndexError, ValueError):
+            raise SystemExit(f"study_when: {name!r} is not rh:GAMMA:STEPS (e.g. rh:0.99:64)")
+        return OptimalPendulum(optimum.spec, horizon_values(steps, gamma), gamma=gamma)
+    return load_policy(Path(name), LATEST)[0].controller(optimum.spec)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("controller", nargs="+", help="run folder, checkpoint or rh:GAMMA:STEPS")
+    p.add_argument("--window", type=int, default=20, help="steps per column")
+    args = p.parse_args(argv)
+    optimum = make_optimum("pendulum", "gym")
+    x0 = start_states("pendulum", "gym", HELDOUT_EPISODES)
+    hanging = near_hanging("pendulum", "gym", HELDOUT_EPISODES)
+    reference = step_rewards(optimum, x0)
+    steps = reference.shape[0]
+    edges = range(0, steps, args.window)
+    print(f"minus the optimum, paired, per {args.window} steps of the episode "
+          f"({hanging.sum()} hanging starts, {(~hanging).sum()} others)\n")
+    print("| controller | starts | all steps | " +
+          " | ".join(f"{a}-{min(a + args.window, steps)}" for a in edges) + " |")
+    print("|---|---|---|" + "---|" * len(edges))
+    for name in args.controller:
+        d = step_rewards(controller_of(name, optimum), x0) - reference
+        for label, m in (("hanging", hanging), ("rest", ~hanging), ("all", np.ones_like(hanging))):
+            cols = [d[a:a + args.window, m].sum(0).mean() for a in edges]
+            print(f"| {name} | {label} | {d[:, m].sum(0).mean():+.2f} | " +
+                  " | ".join(f"{c:+.2f}" for c in cols) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
