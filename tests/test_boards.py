@@ -408,9 +408,12 @@ def test_pil_grpo_ctrl_run_on_device_at_1_khz_balances_the_rig_for_10_s(tmp_path
     armed = np.array([int(r["mode"]) for r in rows]) == 1
     flags = np.array([int(r["flags"]) for r in rows])
     t_us = np.array([int(r["dev_t_us"]) for r in rows])[armed]
-    # the device ticks at 1 kHz (on a loaded host QEMU now and then skips
-    # ticks it was descheduled for, so the spacing, not the count); the
-    # stream through QEMU's UART may drop STATEs (the core drops the oldest)
-    assert np.median(np.diff(t_us)) == pytest.approx(1000, abs=50)
+    # the device ticks at 1 kHz: about 1,000 STATEs in a typical second of its clock. Not
+    # the spacing: a QEMU descheduled for a few periods catches up with ticks ~140 us apart
+    # (a CI run had a median spacing of 939 us, yet 966-1,004 STATEs in every second). On a
+    # loaded host QEMU also skips ticks after a stall of ten periods, and the stream through
+    # its UART may drop STATEs (the core drops the oldest): hence the median second
+    per_second = np.histogram(t_us, bins=np.arange(t_us[0], t_us[-1], 1e6))[0]
+    assert np.median(per_second) == pytest.approx(1000, rel=0.1), per_second
     assert (t_us[-1] - t_us[0]) > 9.5e6 and armed.sum() > 5000
     assert np.all(flags[armed] & FLAG_ON_DEVICE)
