@@ -23,23 +23,17 @@ from pathlib import Path
 import numpy as np
 
 from grpo_ctrl.baselines.optimum import OptimalPendulum, horizon_values, make_optimum
-from grpo_ctrl.closed_loop import act
+from grpo_ctrl.closed_loop import evaluate
 from grpo_ctrl.heldout import HELDOUT_EPISODES, near_hanging, start_states
 from grpo_ctrl.policy import load_policy
 from grpo_ctrl.run_folder import LATEST
-from grpo_ctrl.sim import BatchSim
 
 
-def step_rewards(controller, x0: np.ndarray) -> np.ndarray:
-    """Per-step rewards (max_steps, N) of ``controller`` from start states x0 (N, 2)."""
-    sim = BatchSim("pendulum", len(x0), "gym", seed=0)
-    sim.reset()
-    sim.set_state({"x": x0})
-    obs, rewards = sim.observe(), []
-    for _ in range(sim.model.max_steps):
-        obs, r, _, _ = sim.step(act(controller, obs))
-        rewards.append(np.array(r, copy=True))  # the simulator reuses its reward buffer
-    return np.array(rewards)
+def returns_to(controller, x0: np.ndarray, ends) -> np.ndarray:
+    """Returns (len(ends), N) of ``controller`` from start states x0 (N, 2) over the first
+    ``end`` steps, for each end: the project's own episode runner, once per end."""
+    return np.array([evaluate(controller, len(x0), steps=end, start_states=x0).returns
+                     for end in ends])
 
 
 def controller_of(name: str, optimum: OptimalPendulum):
@@ -60,20 +54,20 @@ def main(argv=None) -> int:
     optimum = make_optimum("pendulum", "gym")
     x0 = start_states("pendulum", "gym", HELDOUT_EPISODES)
     hanging = near_hanging("pendulum", "gym", HELDOUT_EPISODES)
-    reference = step_rewards(optimum, x0)
-    steps = reference.shape[0]
-    edges = range(0, steps, args.window)
+    steps = optimum.spec.max_steps
+    ends = list(range(args.window, steps, args.window)) + [steps]
+    reference = returns_to(optimum, x0, ends)
     print(f"minus the optimum, paired, per {args.window} steps of the episode "
           f"({hanging.sum()} hanging starts, {(~hanging).sum()} others)\n")
     print("| controller | starts | all steps | " +
-          " | ".join(f"{a}-{min(a + args.window, steps)}" for a in edges) + " |")
-    print("|---|---|---|" + "---|" * len(edges))
+          " | ".join(f"{a}-{b}" for a, b in zip([0] + ends[:-1], ends)) + " |")
+    print("|---|---|---|" + "---|" * len(ends))
     for name in args.controller:
-        d = step_rewards(controller_of(name, optimum), x0) - reference
+        d = returns_to(controller_of(name, optimum), x0, ends) - reference  # (ends, N)
+        windows = np.diff(d, axis=0, prepend=0.0)
         for label, m in (("hanging", hanging), ("rest", ~hanging), ("all", np.ones_like(hanging))):
-            cols = [d[a:a + args.window, m].sum(0).mean() for a in edges]
-            print(f"| {name} | {label} | {d[:, m].sum(0).mean():+.2f} | " +
-                  " | ".join(f"{c:+.2f}" for c in cols) + " |", flush=True)
+            print(f"| {name} | {label} | {d[-1, m].mean():+.2f} | " +
+                  " | ".join(f"{w:+.2f}" for w in windows[:, m].mean(1)) + " |", flush=True)
     return 0
 
 
