@@ -207,6 +207,20 @@ def saturated(mu: torch.Tensor, log_std: torch.Tensor, bound: float) -> torch.Te
     return (mu.abs() - 2.0 * torch.exp(log_std)) > bound
 
 
+def flip_windows(probes: int, size: int, horizon: int, loss_steps: int,
+                 rng: np.random.Generator) -> torch.Tensor:
+    """(horizon, groups * size) bool: True where a probe branch takes the flipped command -mu.
+    The probe is the last branch of each of the first ``probes`` groups (its twin, the one
+    before it, follows the mean action throughout); its window [s, e) within the loss
+    steps has s uniform in [0, loss_steps) and e uniform in (s, loss_steps]: a switch of
+    a bang-bang command earlier (s) held for any length."""
+    flip = torch.zeros(horizon, probes * size, dtype=torch.bool)
+    for i in range(probes):
+        s = int(rng.integers(0, loss_steps))
+        flip[s:int(rng.integers(s + 1, loss_steps + 1)), i * size + size - 1] = True
+    return flip
+
+
 def mirrored(noise: torch.Tensor, groups: int, size: int) -> torch.Tensor:
     """Antithetic pairs: noise (T, groups * size, ...) with branch j + size/2 of each group
     given the negated noise of branch j. Each branch's noise keeps its distribution (the
@@ -348,6 +362,9 @@ class Batch:
     log_std_old: torch.Tensor   # pi_old's log std: (1,), or (B, L) per state (state_std)
     collect_s: float = 0.0      # wall time the collection took
     sim_steps: int = 0          # simulator steps taken by the rollout pool so far, this batch's included
+    probe_mask: torch.Tensor | None = None    # (B, L) 1 where a winning probe flipped (probes)
+    probe_target: torch.Tensor | None = None  # (B, L) the flipped command -mu_old
+    probe_wins: float = 0.0     # the share of probes that beat their twins
 
 
 # prioritised queries: a pool state's expected spread is that of the groups from its
@@ -434,11 +451,14 @@ class GroupRollout:
             noise = shared.reshape(H, b)
         if mean_branch and cfg.continuation == "policy":
             noise.view(noise.shape[0], groups, size, -1)[:, :, 0] = 0.0
+        if cfg.probes:  # a probe and its twin follow the mean action
+            noise.view(noise.shape[0], groups, size, -1)[:, :cfg.probes, size - 2:] = 0.0
         return noise, window
 
     def _roll(self, policy: GaussianPolicy, sim: BatchSim, noise: torch.Tensor,
-              snapshot_at: np.ndarray) -> tuple:
-        """Roll the branches of ``sim`` ``horizon`` decisions with ``noise`` (``_noise``);
+              snapshot_at: np.ndarray, flip: torch.Tensor | None = None) -> tuple:
+        """Roll the branches of ``sim`` ``horizon`` decisions with ``noise`` (``_noise``),
+        the command flipped to -mu where ``flip`` (``flip_windows``, its first columns);
         at step ``loss_steps`` their states go to the snapshot simulator's
         ``snapshot_at``. Returns the raw observations (H, b, nobs), z and mu (H, b), the
         rewards (H, b), alive (H + 1, b) and the log std (per state: (H, b); gSDE: (L, b))."""
@@ -465,6 +485,9 @@ class GroupRollout:
                 if policy.std_head is not None:
                     log_std[t] = ls
                 z[t] = mu[t] + noise[t] * torch.exp(ls)
+            if flip is not None and t < cfg.loss_steps:
+                z[t, :flip.shape[1]] = torch.where(flip[t], -mu[t, :flip.shape[1]],
+                                                   z[t, :flip.shape[1]])
             act = policy.u_max * np.tanh(z[t].numpy())  # np.tanh: torch.tanh is slow here
             rewards[t] = 0.0
             if cfg.w_du > 0 and last_act is not None:  # the action-rate penalty
@@ -519,7 +542,9 @@ class GroupRollout:
         else:
             sim = self.pool.branch(queries, g, out=self.group)
             noise, window = self._noise(policy, n, g, gen)
-            raw, z, mu, rewards, alive, log_std = self._roll(policy, sim, noise, np.arange(B))
+            flip = flip_windows(cfg.probes, g, H, L, self.rng) if cfg.probes else None
+            raw, z, mu, rewards, alive, log_std = self._roll(policy, sim, noise, np.arange(B),
+                                                             flip)
             group = np.repeat(np.arange(n), g)
         nobs = raw.shape[2]
         self.sim_steps += B * H * cfg.action_repeat
@@ -545,6 +570,15 @@ class GroupRollout:
                                                  batch_std=self.batch_std)[:, :, None], L, axis=2)
             else:
                 adv = group_advantages(rtg[:, :, :L], cfg.adv_scale, batch_std=self.batch_std)
+            if cfg.probes:  # the probe groups' samples are scored among themselves
+                p = cfg.probes
+                if cfg.reward_form == "outcome":
+                    adv[:p, :g - 2] = group_advantages(returns[:p, :g - 2], cfg.adv_scale,
+                                                       batch_std=self.batch_std)[:, :, None]
+                else:
+                    adv[:p, :g - 2] = group_advantages(rtg[:p, :g - 2, :L], cfg.adv_scale,
+                                                       batch_std=self.batch_std)
+                adv[:p, g - 2:] = 0.0
             if cfg.noise_window > 0:  # outside its window a step's noise is the group's own
                 adv = adv * window.numpy()[:, None, :]
             adv = adv.reshape(B, L)
@@ -555,6 +589,18 @@ class GroupRollout:
         mask = np.ascontiguousarray(alive[:L].T, dtype=np.float32)  # (B, L)
         if cfg.continuation == "policy":
             mask[first] = 0.0  # the mean-action branch is not a sample of pi
+        probe_mask = probe_target = None
+        probe_wins = 0.0
+        if cfg.probes:  # a probe and its twin are not samples of pi either
+            p = cfg.probes
+            twins, probes = first[:p] + g - 2, first[:p] + g - 1
+            mask[twins] = mask[probes] = 0.0
+            wins = returns[:p, g - 1] > returns[:p, g - 2]
+            probe_wins = float(wins.mean())
+            probe_mask = torch.zeros(B, L)
+            probe_mask[probes[wins]] = (flip[:L, :p * g].T[probes[wins]]
+                                        & torch.from_numpy(alive[:L].T[probes[wins]])).float()
+            probe_target = -mu[:L].T.contiguous()  # the flipped command, where it won
         # continuation and fresh resets
         if cfg.screen_group:
             members = [np.flatnonzero(group == q) for q in range(n)]
@@ -564,6 +610,10 @@ class GroupRollout:
         else:
             src = first + choose_continuation(returns, cfg.continuation, self.rng,
                                               cfg.softmax_temperature)
+            if cfg.probes:  # not from a probe or its twin
+                src[:cfg.probes] = first[:cfg.probes] + choose_continuation(
+                    returns[:cfg.probes, :g - 2], cfg.continuation, self.rng,
+                    cfg.softmax_temperature)
         keep = np.zeros(n, dtype=bool)  # level replay: these stay to be queried again
         if cfg.query_replay:
             keep = (spread >= np.quantile(spread, 1.0 - cfg.query_replay)) & (spread > 0)
@@ -599,7 +649,8 @@ class GroupRollout:
                      mask=mask_t, returns=returns,
                      entropy=entropy, raw_obs=raw.reshape(H * B, nobs),
                      raw_loss_obs=raw[:L].transpose(0, 1),
-                     collect_s=time.perf_counter() - started, sim_steps=self.sim_steps)
+                     collect_s=time.perf_counter() - started, sim_steps=self.sim_steps,
+                     probe_mask=probe_mask, probe_target=probe_target, probe_wins=probe_wins)
 
 
 # =====================================================================
@@ -639,6 +690,10 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
                     logp_ref = gaussian_log_prob(batch.z[idx], mu_ref, log_std_ref)
                 per_step = per_step + cfg.beta * k3_kl(logp, logp_ref)
             loss = aggregate_loss(per_step, mask, cfg.loss_agg, L)
+            if batch.probe_mask is not None:  # toward the flips that beat the mean action
+                loss = loss + cfg.probe_weight * (
+                    batch.probe_mask[idx] * (mu - batch.probe_target[idx]) ** 2
+                ).sum() / mask.sum().clamp(min=1.0)
             if cfg.w_smooth > 0:
                 loss = loss + cfg.w_smooth * mean_command_smoothness(
                     policy, batch.obs[idx], mu, mask, cfg.smooth_sigma, gen,
@@ -771,7 +826,8 @@ class Trainer:
         stats = self.ranks.reduce_batch(self.policy.obs_norm, batch.raw_obs, {
             "branch_return": float(returns.mean()),
             "group_reward_std": float(returns.std(axis=1, ddof=1).mean()),
-            "zero_spread": zero_spread_fraction(returns), "entropy": batch.entropy, **stats},
+            "zero_spread": zero_spread_fraction(returns), "entropy": batch.entropy,
+            **({"probe_wins": batch.probe_wins} if cfg.probes else {}), **stats},
             lead)
         if cfg.trust_region == "adaptive":
             self.eps_scale = adapt_clip(self.eps_scale, stats["kl_old"], cfg.kl_target)

@@ -79,6 +79,13 @@ class GRPOConfig:
                              "(0 = one stage of group_size)", low=0, high=2**16)
     focus_starts: int = knob(8, "with screen_group: the queries re-branched in the second stage",
                              low=1, high=2**20)
+    probes: int = knob(0, "groups per iteration whose last two branches test a flipped command "
+                       "(policy iteration's test where Gaussian noise cannot reach: a saturated "
+                       "command): both follow the mean action, one takes -mu over a random "
+                       "window of the loss steps; where it returns more than its twin, mu is "
+                       "regressed toward the flip there (0 = off)", low=0, high=2**20)
+    probe_weight: float = knob(1.0, "with probes: weight of the regression toward a winning flip, "
+                               "per loss step, beside the GRPO loss", low=0.0, high=1e6)
     noise_outside: str = knob("shared", "with a noise_window, what the steps outside it take: "
                               "branch 0's noise (shared), or none (mean: the deployed action, "
                               "look-ahead included, so a group's return differences score the "
@@ -282,6 +289,10 @@ def check_config(cfg: GRPOConfig) -> None:
                             f"divide the {extra} second-stage branches evenly")
         if cfg.noise_window:
             raise UserError("screen_group and noise_window do not combine: set one to 0")
+    if cfg.probes and (cfg.probes > cfg.num_starts or cfg.group_size < 4 or cfg.screen_group):
+        raise UserError(f"probes ({cfg.probes}) takes the last two branches of that many groups: "
+                        f"at most num_starts ({cfg.num_starts}), group_size at least 4 (is "
+                        f"{cfg.group_size}), without screen_group")
     if cfg.noise_outside != "shared" and cfg.noise_window == 0:
         raise UserError(f"noise_outside = {cfg.noise_outside} needs a noise_window: the loss "
                         f"steps that sample (noise_window = loss_steps: all of them, the "

@@ -469,3 +469,99 @@ def test_reported_kl_is_the_exact_kl_after_the_update(trust_region):
         sub = float((kl[rows] * batch.mask[rows]).sum() / batch.mask[rows].sum())
         assert stats["kl_old"] == pytest.approx(sub, rel=1e-5)
         assert stats["kl_old"] == pytest.approx(whole, rel=0.2)
+
+
+# ------------------------------------------------------------------ flip probes
+def test_flip_windows_mark_one_window_of_the_loss_steps_on_each_probe():
+    from grpo_ctrl.grpo import flip_windows
+    flip = flip_windows(500, 4, 16, 8, np.random.default_rng(0))
+    assert flip.shape == (16, 2000)
+    cols = flip.view(16, 500, 4)
+    assert not bool(cols[:, :, :3].any()) and not bool(flip[8:].any())
+    steps = cols[:8, :, 3].T.int()  # (probes, loss steps)
+    for row in steps:
+        on = row.nonzero().flatten().tolist()
+        assert on and on == list(range(on[0], on[-1] + 1))  # one window, never empty
+    starts = steps.argmax(1)
+    assert set(starts.tolist()) == set(range(8))  # every loss step can open a window
+    assert bool((steps[:, -1] == 1).any()) and bool((steps.sum(1) == 1).any())
+
+
+def test_probes_flip_the_deployed_command_in_a_window_and_win_only_against_their_twin():
+    """Checked by replaying the probe groups in a fresh simulator with the deployed
+    controller (the export path, not the rollout's code): a twin takes the controller's
+    command throughout, its probe the negated command inside its window; both must reach
+    the rollout's observations and returns. Only the probes that beat their twins ask for
+    the flip, on their window's steps; neither is in the GRPO loss, and the other branches
+    of a probe group are scored among themselves."""
+    from grpo_ctrl.grpo import Trainer, discounted_returns
+    from grpo_ctrl.grpo_config import GRPOConfig
+    from grpo_ctrl.sim import BatchSim
+    n, g, H, L, p = 8, 5, 16, 8, 6
+    tr = Trainer(GRPOConfig(num_starts=n, group_size=g, horizon=H, loss_steps=L, overlap=False,
+                            probes=p, gamma=0.99, time_budget=0.0, eval_every=1e9, seed=2),
+                 "pendulum", "gym")
+    tr.policy.log_std.data.fill_(-0.5)
+    replay = tr.rollout.pool.branch(np.arange(n), g, out=BatchSim("pendulum", n * g,
+                                                                   preset="gym", seed=99))
+    batch = tr.rollout.collect(tr.policy, tr.gen)
+    deployed = tr.policy.controller(tr.spec)
+    twins, probes = np.arange(p) * g + g - 2, np.arange(p) * g + g - 1
+    flipped = (batch.z[probes] == -batch.mu_old[probes]) & (batch.mu_old[probes] != 0)
+    assert torch.equal(batch.z[twins], batch.mu_old[twins])
+    assert torch.equal(torch.where(flipped, -batch.z[probes], batch.z[probes]),
+                       batch.mu_old[probes])
+    assert bool(flipped.any(1).all())
+    rows = np.concatenate([twins, probes])
+    obs = batch.raw_obs.reshape(H, n * g, -1)[:, rows]
+    sim = BatchSim("pendulum", len(rows), preset="gym", seed=98)
+    sim.reset()
+    sim.set_state({key: value[rows] for key, value in replay.get_state().items()})
+    rewards, o = np.empty((H, len(rows))), sim.observe()
+    for t in range(H):
+        assert np.allclose(o, obs[t].numpy(), atol=1e-4), t
+        u = deployed(torch.from_numpy(o).float())[:, 0]
+        if t < L:
+            u[p:] = torch.where(flipped[:, t], -u[p:], u[p:])
+        o, rewards[t], _, _ = sim.step(u.double().numpy())
+    returns = discounted_returns(rewards.T, 0.99)[:, 0]
+    assert np.allclose(returns, np.concatenate([batch.returns[:p, g - 2],
+                                                batch.returns[:p, g - 1]]), atol=1e-3)
+    wins = batch.returns[:p, g - 1] > batch.returns[:p, g - 2]
+    assert 0 < wins.sum() < p and batch.probe_wins == pytest.approx(wins.mean())
+    assert torch.equal(batch.probe_mask[probes], (flipped & torch.from_numpy(wins)[:, None]).float())
+    others = np.setdiff1d(np.arange(n * g), probes)
+    assert not bool(batch.probe_mask[others].any())
+    torch.testing.assert_close(batch.probe_target, -batch.mu_old)
+    assert not bool(batch.mask[rows].any()) and bool(batch.mask[others[~np.isin(others, twins)]].all())
+    adv = batch.adv.reshape(n, g, L)[:, :, 0]
+    assert not bool(adv[:p, g - 2:].any())
+    torch.testing.assert_close(adv[:p, :g - 2].sum(1), torch.zeros(p), atol=1e-4, rtol=0)
+    torch.testing.assert_close(adv[p:].sum(1), torch.zeros(n - p), atol=1e-4, rtol=0)
+
+
+def test_the_probe_term_moves_the_mean_toward_a_winning_flip():
+    """With every GRPO advantage zero, the update is the probe term's alone: the policy's
+    mean moves toward the flipped command where the probe won, and nowhere without one."""
+    import dataclasses
+    from grpo_ctrl.grpo import Trainer, grpo_update
+    from grpo_ctrl.grpo_config import GRPOConfig
+    cfg = GRPOConfig(num_starts=4, group_size=4, horizon=8, loss_steps=8, overlap=False,
+                     probes=4, time_budget=0.0, eval_every=1e9, seed=1, max_grad_norm=0.0)
+    tr = Trainer(cfg, "pendulum", "gym")
+    batch = tr.rollout.collect(tr.policy, tr.gen)
+    where = torch.zeros_like(batch.mask)
+    where[3, 2:6] = 1.0
+    target = batch.mu_old + 3.0
+    for pm, moved in ((where, True), (torch.zeros_like(where), False)):
+        policy = tr.policy.__class__.from_checkpoint(tr.policy.checkpoint(tr.spec, {}))
+        opt = torch.optim.SGD(policy.parameters(), lr=1e-3)
+        b = dataclasses.replace(batch, adv=torch.zeros_like(batch.adv), probe_mask=pm,
+                                probe_target=target)
+        grpo_update(policy, None, opt, b, cfg, 0.2, 0.28, torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            step = policy.dist(batch.obs)[0] - batch.mu_old
+        if moved:
+            assert float(step[3, 2:6].min()) > 0.0
+        else:
+            assert float(step.abs().max()) == 0.0
