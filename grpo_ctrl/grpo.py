@@ -209,11 +209,13 @@ def saturated(mu: torch.Tensor, log_std: torch.Tensor, bound: float) -> torch.Te
 
 def flip_windows(probes: int, size: int, horizon: int, loss_steps: int,
                  rng: np.random.Generator) -> torch.Tensor:
-    """(horizon, groups * size) bool: True where a probe branch takes the flipped command -mu.
+    """(horizon, probes * size) bool: True where a probe branch holds the flipped command.
     The probe is the last branch of each of the first ``probes`` groups (its twin, the one
-    before it, follows the mean action throughout); its window [s, e) within the loss
-    steps has s uniform in [0, loss_steps) and e uniform in (s, loss_steps]: a switch of
-    a bang-bang command earlier (s) held for any length."""
+    before it, follows the mean action throughout); in its window [s, e) within the loss
+    steps it holds -mu(s), s uniform in [0, loss_steps) and e uniform in (s, loss_steps]: a
+    bang-bang command switched at s instead of where the policy switches, held for any
+    length (flipping -mu(t) at every step would undo the switch wherever the policy makes
+    it itself, docs/grpo.md §9, tenth pass)."""
     flip = torch.zeros(horizon, probes * size, dtype=torch.bool)
     for i in range(probes):
         s = int(rng.integers(0, loss_steps))
@@ -362,8 +364,7 @@ class Batch:
     log_std_old: torch.Tensor   # pi_old's log std: (1,), or (B, L) per state (state_std)
     collect_s: float = 0.0      # wall time the collection took
     sim_steps: int = 0          # simulator steps taken by the rollout pool so far, this batch's included
-    probe_mask: torch.Tensor | None = None    # (B, L) 1 where a winning probe flipped (probes)
-    probe_target: torch.Tensor | None = None  # (B, L) the flipped command -mu_old
+    probe_mask: torch.Tensor | None = None  # (B, L) 1 where a winning probe flipped (probes)
     probe_wins: float = 0.0     # the share of probes that beat their twins
 
 
@@ -458,7 +459,8 @@ class GroupRollout:
     def _roll(self, policy: GaussianPolicy, sim: BatchSim, noise: torch.Tensor,
               snapshot_at: np.ndarray, flip: torch.Tensor | None = None) -> tuple:
         """Roll the branches of ``sim`` ``horizon`` decisions with ``noise`` (``_noise``),
-        the command flipped to -mu where ``flip`` (``flip_windows``, its first columns);
+        the command held at -mu of a window's first step where ``flip`` (``flip_windows``,
+        its first columns);
         at step ``loss_steps`` their states go to the snapshot simulator's
         ``snapshot_at``. Returns the raw observations (H, b, nobs), z and mu (H, b), the
         rewards (H, b), alive (H + 1, b) and the log std (per state: (H, b); gSDE: (L, b))."""
@@ -475,6 +477,7 @@ class GroupRollout:
             every = cfg.sde_sample_freq or H
             features = torch.empty(H, b, noise.shape[-1])
         last_act = None
+        held = torch.zeros(0 if flip is None else flip.shape[1])
         for t in range(H):
             raw[t] = torch.from_numpy(obs_np)
             if sde:  # its log std: after the loop, in one call
@@ -486,8 +489,10 @@ class GroupRollout:
                     log_std[t] = ls
                 z[t] = mu[t] + noise[t] * torch.exp(ls)
             if flip is not None and t < cfg.loss_steps:
-                z[t, :flip.shape[1]] = torch.where(flip[t], -mu[t, :flip.shape[1]],
-                                                   z[t, :flip.shape[1]])
+                k = flip.shape[1]
+                opens = flip[t] if t == 0 else flip[t] & ~flip[t - 1]
+                held = torch.where(opens, -mu[t, :k], held)
+                z[t, :k] = torch.where(flip[t], held, z[t, :k])
             act = policy.u_max * np.tanh(z[t].numpy())  # np.tanh: torch.tanh is slow here
             rewards[t] = 0.0
             if cfg.w_du > 0 and last_act is not None:  # the action-rate penalty
@@ -589,7 +594,7 @@ class GroupRollout:
         mask = np.ascontiguousarray(alive[:L].T, dtype=np.float32)  # (B, L)
         if cfg.continuation == "policy":
             mask[first] = 0.0  # the mean-action branch is not a sample of pi
-        probe_mask = probe_target = None
+        probe_mask = None
         probe_wins = 0.0
         if cfg.probes:  # a probe and its twin are not samples of pi either
             p = cfg.probes
@@ -600,7 +605,6 @@ class GroupRollout:
             probe_mask = torch.zeros(B, L)
             probe_mask[probes[wins]] = (flip[:L, :p * g].T[probes[wins]]
                                         & torch.from_numpy(alive[:L].T[probes[wins]])).float()
-            probe_target = -mu[:L].T.contiguous()  # the flipped command, where it won
         # continuation and fresh resets
         if cfg.screen_group:
             members = [np.flatnonzero(group == q) for q in range(n)]
@@ -650,7 +654,7 @@ class GroupRollout:
                      entropy=entropy, raw_obs=raw.reshape(H * B, nobs),
                      raw_loss_obs=raw[:L].transpose(0, 1),
                      collect_s=time.perf_counter() - started, sim_steps=self.sim_steps,
-                     probe_mask=probe_mask, probe_target=probe_target, probe_wins=probe_wins)
+                     probe_mask=probe_mask, probe_wins=probe_wins)
 
 
 # =====================================================================
@@ -692,7 +696,7 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
             loss = aggregate_loss(per_step, mask, cfg.loss_agg, L)
             if batch.probe_mask is not None:  # toward the flips that beat the mean action
                 loss = loss + cfg.probe_weight * (
-                    batch.probe_mask[idx] * (mu - batch.probe_target[idx]) ** 2
+                    batch.probe_mask[idx] * (mu - batch.z[idx]) ** 2
                 ).sum() / mask.sum().clamp(min=1.0)
             if cfg.w_smooth > 0:
                 loss = loss + cfg.w_smooth * mean_command_smoothness(

@@ -81,9 +81,9 @@ class GRPOConfig:
                              low=1, high=2**20)
     probes: int = knob(0, "groups per iteration whose last two branches test a flipped command "
                        "(policy iteration's test where Gaussian noise cannot reach: a saturated "
-                       "command): both follow the mean action, one takes -mu over a random "
-                       "window of the loss steps; where it returns more than its twin, mu is "
-                       "regressed toward the flip there (0 = off)", low=0, high=2**20)
+                       "command): both follow the mean action, one holds -mu of its window's "
+                       "first step over a random window of the loss steps; where it returns "
+                       "more than its twin, mu is regressed toward that command (0 = off)", low=0, high=2**20)
     probe_weight: float = knob(1.0, "with probes: weight of the regression toward a winning flip, "
                                "per loss step, beside the GRPO loss", low=0.0, high=1e6)
     noise_outside: str = knob("shared", "with a noise_window, what the steps outside it take: "

@@ -490,8 +490,8 @@ def test_flip_windows_mark_one_window_of_the_loss_steps_on_each_probe():
 def test_probes_flip_the_deployed_command_in_a_window_and_win_only_against_their_twin():
     """Checked by replaying the probe groups in a fresh simulator with the deployed
     controller (the export path, not the rollout's code): a twin takes the controller's
-    command throughout, its probe the negated command inside its window; both must reach
-    the rollout's observations and returns. Only the probes that beat their twins ask for
+    command throughout, its probe holds the negated command of its window's first step
+    inside the window; both must reach the rollout's observations and returns. Only the probes that beat their twins ask for
     the flip, on their window's steps; neither is in the GRPO loss, and the other branches
     of a probe group are scored among themselves."""
     from grpo_ctrl.grpo import Trainer, discounted_returns
@@ -507,22 +507,26 @@ def test_probes_flip_the_deployed_command_in_a_window_and_win_only_against_their
     batch = tr.rollout.collect(tr.policy, tr.gen)
     deployed = tr.policy.controller(tr.spec)
     twins, probes = np.arange(p) * g + g - 2, np.arange(p) * g + g - 1
-    flipped = (batch.z[probes] == -batch.mu_old[probes]) & (batch.mu_old[probes] != 0)
     assert torch.equal(batch.z[twins], batch.mu_old[twins])
-    assert torch.equal(torch.where(flipped, -batch.z[probes], batch.z[probes]),
-                       batch.mu_old[probes])
-    assert bool(flipped.any(1).all())
+    flipped = batch.z[probes] != batch.mu_old[probes]  # (probes, L): one window each
+    for j in range(p):
+        on = flipped[j].nonzero().flatten()
+        assert len(on) and on.tolist() == list(range(int(on[0]), int(on[-1]) + 1))
+        assert bool((batch.z[probes[j], on] == -batch.mu_old[probes[j], on[0]]).all())
     rows = np.concatenate([twins, probes])
     obs = batch.raw_obs.reshape(H, n * g, -1)[:, rows]
     sim = BatchSim("pendulum", len(rows), preset="gym", seed=98)
     sim.reset()
     sim.set_state({key: value[rows] for key, value in replay.get_state().items()})
     rewards, o = np.empty((H, len(rows))), sim.observe()
+    held = torch.zeros(p)
     for t in range(H):
         assert np.allclose(o, obs[t].numpy(), atol=1e-4), t
         u = deployed(torch.from_numpy(o).float())[:, 0]
         if t < L:
-            u[p:] = torch.where(flipped[:, t], -u[p:], u[p:])
+            opens = flipped[:, t] & (flipped[:, t - 1] == 0 if t else True)
+            held = torch.where(opens, -u[p:], held)
+            u[p:] = torch.where(flipped[:, t], held, u[p:])
         o, rewards[t], _, _ = sim.step(u.double().numpy())
     returns = discounted_returns(rewards.T, 0.99)[:, 0]
     assert np.allclose(returns, np.concatenate([batch.returns[:p, g - 2],
@@ -532,7 +536,6 @@ def test_probes_flip_the_deployed_command_in_a_window_and_win_only_against_their
     assert torch.equal(batch.probe_mask[probes], (flipped & torch.from_numpy(wins)[:, None]).float())
     others = np.setdiff1d(np.arange(n * g), probes)
     assert not bool(batch.probe_mask[others].any())
-    torch.testing.assert_close(batch.probe_target, -batch.mu_old)
     assert not bool(batch.mask[rows].any()) and bool(batch.mask[others[~np.isin(others, twins)]].all())
     adv = batch.adv.reshape(n, g, L)[:, :, 0]
     assert not bool(adv[:p, g - 2:].any())
@@ -552,12 +555,11 @@ def test_the_probe_term_moves_the_mean_toward_a_winning_flip():
     batch = tr.rollout.collect(tr.policy, tr.gen)
     where = torch.zeros_like(batch.mask)
     where[3, 2:6] = 1.0
-    target = batch.mu_old + 3.0
     for pm, moved in ((where, True), (torch.zeros_like(where), False)):
         policy = tr.policy.__class__.from_checkpoint(tr.policy.checkpoint(tr.spec, {}))
         opt = torch.optim.SGD(policy.parameters(), lr=1e-3)
         b = dataclasses.replace(batch, adv=torch.zeros_like(batch.adv), probe_mask=pm,
-                                probe_target=target)
+                                z=batch.mu_old + 3.0)  # the command taken: 3 above the mean
         grpo_update(policy, None, opt, b, cfg, 0.2, 0.28, torch.Generator().manual_seed(0))
         with torch.no_grad():
             step = policy.dist(batch.obs)[0] - batch.mu_old
