@@ -197,6 +197,9 @@ def sde_exploration(log_std: torch.Tensor, horizon: int, branches: int, every: i
     return torch.exp(log_std) * torch.randn(draws, branches, log_std.numel(), generator=gen)
 
 
+PROBE_SATURATED = 3.0  # a probe flips where |mu| - 2 sigma > this, if saturated is 0
+
+
 def saturated(mu: torch.Tensor, log_std: torch.Tensor, bound: float) -> torch.Tensor:
     """Steps whose squashed command hardly depends on the noise: |mu| - 2 sigma > bound
     before the tanh, so that 97.7 % of the samples give a command within 1 - tanh(bound)
@@ -209,13 +212,14 @@ def saturated(mu: torch.Tensor, log_std: torch.Tensor, bound: float) -> torch.Te
 
 def flip_windows(probes: int, size: int, horizon: int, loss_steps: int,
                  rng: np.random.Generator) -> torch.Tensor:
-    """(horizon, probes * size) bool: True where a probe branch holds the flipped command.
+    """(horizon, probes * size) bool: the window in which each probe may flip its command.
     The probe is the last branch of each of the first ``probes`` groups (its twin, the one
-    before it, follows the mean action throughout); in its window [s, e) within the loss
-    steps it holds -mu(s), s uniform in [0, loss_steps) and e uniform in (s, loss_steps]: a
-    bang-bang command switched at s instead of where the policy switches, held for any
-    length (flipping -mu(t) at every step would undo the switch wherever the policy makes
-    it itself, docs/grpo.md §9, tenth pass)."""
+    before it, follows the mean action throughout); its window [s, e) within the loss steps
+    has s uniform in [0, loss_steps) and e uniform in (s, loss_steps]. The probe flips at
+    the window's first saturated step (``GroupRollout._roll``) and holds that command to
+    the window's end: a bang-bang command switched earlier than the policy switches it,
+    held for any length (flipping -mu(t) at every step would undo the switch wherever the
+    policy makes it itself, docs/grpo.md §9, tenth pass)."""
     flip = torch.zeros(horizon, probes * size, dtype=torch.bool)
     for i in range(probes):
         s = int(rng.integers(0, loss_steps))
@@ -459,8 +463,8 @@ class GroupRollout:
     def _roll(self, policy: GaussianPolicy, sim: BatchSim, noise: torch.Tensor,
               snapshot_at: np.ndarray, flip: torch.Tensor | None = None) -> tuple:
         """Roll the branches of ``sim`` ``horizon`` decisions with ``noise`` (``_noise``),
-        the command held at -mu of a window's first step where ``flip`` (``flip_windows``,
-        its first columns);
+        in each probe's window (``flip``, ``flip_windows``, its first columns) from its first
+        saturated step on the command held at -mu of that step;
         at step ``loss_steps`` their states go to the snapshot simulator's
         ``snapshot_at``. Returns the raw observations (H, b, nobs), z and mu (H, b), the
         rewards (H, b), alive (H + 1, b) and the log std (per state: (H, b); gSDE: (L, b))."""
@@ -478,6 +482,7 @@ class GroupRollout:
             features = torch.empty(H, b, noise.shape[-1])
         last_act = None
         held = torch.zeros(0 if flip is None else flip.shape[1])
+        flipping = torch.zeros(held.shape, dtype=torch.bool)
         for t in range(H):
             raw[t] = torch.from_numpy(obs_np)
             if sde:  # its log std: after the loop, in one call
@@ -490,9 +495,11 @@ class GroupRollout:
                 z[t] = mu[t] + noise[t] * torch.exp(ls)
             if flip is not None and t < cfg.loss_steps:
                 k = flip.shape[1]
-                opens = flip[t] if t == 0 else flip[t] & ~flip[t - 1]
+                opens = flip[t] & ~flipping & saturated(
+                    mu[t, :k], ls if ls.numel() == 1 else ls[:k], cfg.saturated or PROBE_SATURATED)
                 held = torch.where(opens, -mu[t, :k], held)
-                z[t, :k] = torch.where(flip[t], held, z[t, :k])
+                flipping = (flipping | opens) & flip[t]
+                z[t, :k] = torch.where(flipping, held, z[t, :k])
             act = policy.u_max * np.tanh(z[t].numpy())  # np.tanh: torch.tanh is slow here
             rewards[t] = 0.0
             if cfg.w_du > 0 and last_act is not None:  # the action-rate penalty
@@ -603,8 +610,9 @@ class GroupRollout:
             wins = returns[:p, g - 1] > returns[:p, g - 2]
             probe_wins = float(wins.mean())
             probe_mask = torch.zeros(B, L)
-            probe_mask[probes[wins]] = (flip[:L, :p * g].T[probes[wins]]
-                                        & torch.from_numpy(alive[:L].T[probes[wins]])).float()
+            won = probes[wins]
+            probe_mask[won] = ((z[:L, won] != mu[:L, won]).T
+                               & torch.from_numpy(alive[:L, won].T)).float()
         # continuation and fresh resets
         if cfg.screen_group:
             members = [np.flatnonzero(group == q) for q in range(n)]

@@ -81,9 +81,10 @@ class GRPOConfig:
                              low=1, high=2**20)
     probes: int = knob(0, "groups per iteration whose last two branches test a flipped command "
                        "(policy iteration's test where Gaussian noise cannot reach: a saturated "
-                       "command): both follow the mean action, one holds -mu of its window's "
-                       "first step over a random window of the loss steps; where it returns "
-                       "more than its twin, mu is regressed toward that command (0 = off)", low=0, high=2**20)
+                       "command): both follow the mean action, one flips its command at the first "
+                       "saturated step of a random window of the loss steps and holds it to the "
+                       "window's end; where it returns more than its twin, mu is regressed "
+                       "toward that command (0 = off)", low=0, high=2**20)
     probe_weight: float = knob(1.0, "with probes: weight of the regression toward a winning flip, "
                                "per loss step, beside the GRPO loss", low=0.0, high=1e6)
     noise_outside: str = knob("shared", "with a noise_window, what the steps outside it take: "
@@ -289,10 +290,11 @@ def check_config(cfg: GRPOConfig) -> None:
                             f"divide the {extra} second-stage branches evenly")
         if cfg.noise_window:
             raise UserError("screen_group and noise_window do not combine: set one to 0")
-    if cfg.probes and (cfg.probes > cfg.num_starts or cfg.group_size < 4 or cfg.screen_group):
+    if cfg.probes and (cfg.probes > cfg.num_starts or cfg.group_size < 4 or cfg.screen_group
+                       or cfg.sde):
         raise UserError(f"probes ({cfg.probes}) takes the last two branches of that many groups: "
                         f"at most num_starts ({cfg.num_starts}), group_size at least 4 (is "
-                        f"{cfg.group_size}), without screen_group")
+                        f"{cfg.group_size}), without screen_group or sde")
     if cfg.noise_outside != "shared" and cfg.noise_window == 0:
         raise UserError(f"noise_outside = {cfg.noise_outside} needs a noise_window: the loss "
                         f"steps that sample (noise_window = loss_steps: all of them, the "
