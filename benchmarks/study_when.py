@@ -14,6 +14,11 @@ GAMMA (``horizon_values``), the best any policy trained on that objective can do
 (docs/grpo.md §9, ninth pass).
 
     python benchmarks/study_when.py RUN/latest.pt rh:0.99:64 rh:1.0:64
+
+``--extra-swing D`` adds a second table: the rest starts that lose more than D points against
+the optimum (an extra swing: an attempt that stalls short of the top and falls back) apart
+from the other rest starts, each as its share of the rest starts' mean (docs/grpo.md §9,
+tenth pass).
 """
 from __future__ import annotations
 
@@ -50,6 +55,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("controller", nargs="+", help="run folder, checkpoint or rh:GAMMA:STEPS")
     p.add_argument("--window", type=int, default=20, help="steps per column")
+    p.add_argument("--extra-swing", type=float, default=0.0, metavar="D",
+                   help="also split the rest starts at a loss of D points (0: off)")
     args = p.parse_args(argv)
     optimum = make_optimum("pendulum", "gym")
     x0 = start_states("pendulum", "gym", HELDOUT_EPISODES)
@@ -62,12 +69,24 @@ def main(argv=None) -> int:
     print("| controller | starts | all steps | " +
           " | ".join(f"{a}-{b}" for a, b in zip([0] + ends[:-1], ends)) + " |")
     print("|---|---|---|" + "---|" * len(ends))
+    whole = {}
     for name in args.controller:
         d = returns_to(controller_of(name, optimum), x0, ends) - reference  # (ends, N)
+        whole[name] = d[-1]
         windows = np.diff(d, axis=0, prepend=0.0)
         for label, m in (("hanging", hanging), ("rest", ~hanging), ("all", np.ones_like(hanging))):
             print(f"| {name} | {label} | {d[-1, m].mean():+.2f} | " +
                   " | ".join(f"{w:+.2f}" for w in windows[:, m].mean(1)) + " |", flush=True)
+    if args.extra_swing > 0:
+        print(f"\n| controller | all (s.e.) | hanging | rest | rest starts losing more than "
+              f"{args.extra_swing:g}: count / share of the rest mean | the other rest starts |")
+        print("|---|---|---|---|---|---|")
+        for name, d in whole.items():
+            rest = d[~hanging]
+            swing = rest < -args.extra_swing
+            print(f"| {name} | {d.mean():+.2f} ({d.std(ddof=1) / np.sqrt(len(d)):.2f}) | "
+                  f"{d[hanging].mean():+.2f} | {rest.mean():+.2f} | {swing.sum()} / "
+                  f"{rest[swing].sum() / len(rest):+.2f} | {rest[~swing].sum() / len(rest):+.2f} |")
     return 0
 
 

@@ -210,21 +210,20 @@ def saturated(mu: torch.Tensor, log_std: torch.Tensor, bound: float) -> torch.Te
     return (mu.abs() - 2.0 * torch.exp(log_std)) > bound
 
 
-def flip_windows(probes: int, size: int, horizon: int, loss_steps: int,
-                 rng: np.random.Generator) -> torch.Tensor:
-    """(horizon, probes * size) bool: the window in which each probe may flip its command.
-    The probe is the last branch of each of the first ``probes`` groups (its twin, the one
-    before it, follows the mean action throughout); its window [s, e) within the loss steps
-    has s uniform in [0, loss_steps) and e uniform in (s, loss_steps]. The probe flips at
-    the window's first saturated step (``GroupRollout._roll``) and holds that command to
-    the window's end: a bang-bang command switched earlier than the policy switches it,
-    held for any length (flipping -mu(t) at every step would undo the switch wherever the
-    policy makes it itself, docs/grpo.md §9, tenth pass)."""
-    flip = torch.zeros(horizon, probes * size, dtype=torch.bool)
-    for i in range(probes):
-        s = int(rng.integers(0, loss_steps))
-        flip[s:int(rng.integers(s + 1, loss_steps + 1)), i * size + size - 1] = True
-    return flip
+def flip_windows(probes: int, size: int, loss_steps: int,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The window in which each probe may flip its command: (branch, start, end), each
+    (probes,). The probe is the last branch of each of the first ``probes`` groups (its
+    twin, the one before it, follows the mean action throughout); its window [start, end)
+    within the loss steps has start uniform in [0, loss_steps) and end uniform in
+    (start, loss_steps]. The probe flips at the window's first saturated step
+    (``GroupRollout._roll``) and holds that command to the window's end: a bang-bang
+    command switched earlier than the policy switches it, held for any length (flipping
+    -mu(t) at every step would undo the switch wherever the policy makes it itself,
+    docs/grpo.md §9, tenth pass)."""
+    start = rng.integers(0, loss_steps, size=probes)
+    end = rng.integers(start + 1, loss_steps + 1)
+    return np.arange(probes) * size + size - 1, start, end
 
 
 def mirrored(noise: torch.Tensor, groups: int, size: int) -> torch.Tensor:
@@ -461,10 +460,10 @@ class GroupRollout:
         return noise, window
 
     def _roll(self, policy: GaussianPolicy, sim: BatchSim, noise: torch.Tensor,
-              snapshot_at: np.ndarray, flip: torch.Tensor | None = None) -> tuple:
+              snapshot_at: np.ndarray, flip: tuple | None = None) -> tuple:
         """Roll the branches of ``sim`` ``horizon`` decisions with ``noise`` (``_noise``),
-        in each probe's window (``flip``, ``flip_windows``, its first columns) from its first
-        saturated step on the command held at -mu of that step;
+        in each probe's window (``flip``: ``flip_windows``) from its first saturated step on
+        the command held at -mu of that step;
         at step ``loss_steps`` their states go to the snapshot simulator's
         ``snapshot_at``. Returns the raw observations (H, b, nobs), z and mu (H, b), the
         rewards (H, b), alive (H + 1, b) and the log std (per state: (H, b); gSDE: (L, b))."""
@@ -481,8 +480,11 @@ class GroupRollout:
             every = cfg.sde_sample_freq or H
             features = torch.empty(H, b, noise.shape[-1])
         last_act = None
-        held = torch.zeros(0 if flip is None else flip.shape[1])
-        flipping = torch.zeros(held.shape, dtype=torch.bool)
+        if flip is not None:  # numpy views: a few numbers a step, where torch's calls cost more
+            probe, opened, closed = flip
+            held, flipping = np.zeros(len(probe), np.float32), np.zeros(len(probe), bool)
+            mu_np, z_np = mu.numpy(), z.numpy()
+            bound = cfg.saturated or PROBE_SATURATED
         for t in range(H):
             raw[t] = torch.from_numpy(obs_np)
             if sde:  # its log std: after the loop, in one call
@@ -494,12 +496,13 @@ class GroupRollout:
                     log_std[t] = ls
                 z[t] = mu[t] + noise[t] * torch.exp(ls)
             if flip is not None and t < cfg.loss_steps:
-                k = flip.shape[1]
-                opens = flip[t] & ~flipping & saturated(
-                    mu[t, :k], ls if ls.numel() == 1 else ls[:k], cfg.saturated or PROBE_SATURATED)
-                held = torch.where(opens, -mu[t, :k], held)
-                flipping = (flipping | opens) & flip[t]
-                z[t, :k] = torch.where(flipping, held, z[t, :k])
+                inside = (opened <= t) & (t < closed)
+                m = mu_np[t, probe]
+                log_sd = ls.numpy() if ls.numel() == 1 else ls.numpy()[probe]
+                opens = inside & ~flipping & (np.abs(m) - 2.0 * np.exp(log_sd) > bound)  # saturated()
+                held[opens] = -m[opens]
+                flipping = (flipping | opens) & inside
+                z_np[t, probe[flipping]] = held[flipping]
             act = policy.u_max * np.tanh(z[t].numpy())  # np.tanh: torch.tanh is slow here
             rewards[t] = 0.0
             if cfg.w_du > 0 and last_act is not None:  # the action-rate penalty
@@ -554,7 +557,7 @@ class GroupRollout:
         else:
             sim = self.pool.branch(queries, g, out=self.group)
             noise, window = self._noise(policy, n, g, gen)
-            flip = flip_windows(cfg.probes, g, H, L, self.rng) if cfg.probes else None
+            flip = flip_windows(cfg.probes, g, L, self.rng) if cfg.probes else None
             raw, z, mu, rewards, alive, log_std = self._roll(policy, sim, noise, np.arange(B),
                                                              flip)
             group = np.repeat(np.arange(n), g)

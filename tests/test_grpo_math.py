@@ -472,19 +472,13 @@ def test_reported_kl_is_the_exact_kl_after_the_update(trust_region):
 
 
 # ------------------------------------------------------------------ flip probes
-def test_flip_windows_mark_one_window_of_the_loss_steps_on_each_probe():
+def test_flip_windows_draw_one_window_of_the_loss_steps_for_each_probe():
     from grpo_ctrl.grpo import flip_windows
-    flip = flip_windows(500, 4, 16, 8, np.random.default_rng(0))
-    assert flip.shape == (16, 2000)
-    cols = flip.view(16, 500, 4)
-    assert not bool(cols[:, :, :3].any()) and not bool(flip[8:].any())
-    steps = cols[:8, :, 3].T.int()  # (probes, loss steps)
-    for row in steps:
-        on = row.nonzero().flatten().tolist()
-        assert on and on == list(range(on[0], on[-1] + 1))  # one window, never empty
-    starts = steps.argmax(1)
-    assert set(starts.tolist()) == set(range(8))  # every loss step can open a window
-    assert bool((steps[:, -1] == 1).any()) and bool((steps.sum(1) == 1).any())
+    branch, start, end = flip_windows(500, 4, 8, np.random.default_rng(0))
+    assert branch.tolist() == [4 * i + 3 for i in range(500)]  # each group's last branch
+    assert bool(((0 <= start) & (start < end) & (end <= 8)).all())  # never empty
+    assert set(start.tolist()) == set(range(8))  # every loss step can open a window
+    assert set(end.tolist()) == set(range(1, 9)) and bool((end - start == 1).any())
 
 
 def test_probes_flip_the_deployed_command_in_a_window_and_win_only_against_their_twin():
