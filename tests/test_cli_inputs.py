@@ -59,6 +59,8 @@ ACCEPTED = {
     ("train", "--query-is"): ({"zero"}, "0: no importance weight"),
     ("train", "--query-replay"): ({"zero"}, "0: every query moves on"),
     ("train", "--screen-group"): ({"zero"}, "0: one stage"),
+    ("train", "--probes"): ({"zero"}, "0: no flip probes"),
+    ("train", "--probe-weight"): ({"zero"}, "0: probes without their regression, a control"),
     ("eval", "--out"): (ANY, "any text names a folder"),
     ("hil", "--reveal"): (ANY, "any text names a file"),
     ("hil", "--mystery"): ({"zero"}, "seed 0"),
