@@ -607,9 +607,8 @@ class GroupRollout:
         probe_mask = None
         probe_wins = 0.0
         if cfg.probes:  # a probe and its twin are not samples of pi either
-            p = cfg.probes
-            twins, probes = first[:p] + g - 2, first[:p] + g - 1
-            mask[twins] = mask[probes] = 0.0
+            p, probes = cfg.probes, flip[0]  # each probe group's last branch; its twin before it
+            mask[probes - 1] = mask[probes] = 0.0
             wins = returns[:p, g - 1] > returns[:p, g - 2]
             probe_wins = float(wins.mean())
             probe_mask = torch.zeros(B, L)
