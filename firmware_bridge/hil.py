@@ -128,11 +128,13 @@ class HilServer:
 
         rate = c.rate or 1.0 / spec.dt
         cap = int(c.trace_seconds * rate) + 16
-        self._trace = {"t_us": np.zeros(cap, np.uint64), "x": np.zeros((cap, 4)),
+        self._trace = {"t_us": np.zeros(cap, np.uint64), "due_us": np.zeros(cap, np.uint64),
+                       "x": np.zeros((cap, 4)),
                        "u": np.zeros(cap, np.float32), "mode": np.zeros(cap, np.uint8),
                        "fault": np.zeros(cap, np.uint8)}
         o.trace_cap = cap
         o.trace_t_us = ffi.from_buffer("uint64_t[]", self._trace["t_us"])
+        o.trace_due_us = ffi.from_buffer("uint64_t[]", self._trace["due_us"])
         o.trace_x = ffi.from_buffer("double[]", self._trace["x"])
         o.trace_u = ffi.from_buffer("float[]", self._trace["u"])
         o.trace_mode = ffi.from_buffer("uint8_t[]", self._trace["mode"])
@@ -206,11 +208,13 @@ class HilServer:
         return out
 
     def trace(self) -> dict:
-        """Per-tick record so far (copies): ``t`` (device s), ``x`` (plant
-        state, ``(n, nx)``), ``u`` (actuator), ``mode``, ``fault``."""
+        """Per-tick record so far (copies): ``t`` (device s), ``due`` (when
+        the tick was due, s), ``x`` (plant state, ``(n, nx)``), ``u``
+        (actuator), ``mode``, ``fault``."""
         n = min(self.stats_raw().trace_len, len(self._trace["u"]))
         nx = self.spec.nx
         return {"t": self._trace["t_us"][:n].astype(float) * 1e-6,
+                "due": self._trace["due_us"][:n].astype(float) * 1e-6,
                 "x": self._trace["x"][:n, :nx].copy(), "u": self._trace["u"][:n].copy(),
                 "mode": self._trace["mode"][:n].copy(), "fault": self._trace["fault"][:n].copy()}
 

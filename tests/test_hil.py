@@ -113,19 +113,30 @@ def test_watchdog_zeroes_the_actuator_and_faults_when_the_host_goes_silent(rig):
     (_, fault), = c.of(P.Fault)
     assert P.FAULTS[fault.fault] == "watchdog" and fault.mode == P.MODE_FAULT
     # the watchdog counts from the STATE the last command answered: the fault
-    # came at the first tick due more than two periods after it, the third
-    # (counted in ticks: a late tick of a loaded machine's HIL is not the host's)
-    states = [m for _, m in c.of(P.State)]
-    answered = [s.t_us for s in states].index(fault.info_t_us)
-    tripped = next(i for i, s in enumerate(states) if s.mode == P.MODE_FAULT)
-    assert tripped - answered == 3
-    assert fault.t_us - fault.info_t_us > 2 * RIG_PERIOD_US
+    # came at the first tick whose information is more than two periods old,
+    # the tick's lateness forgiven up to the watchdog time (PROTOCOL.md; a
+    # late tick of a loaded machine's HIL is not the host's). Counted in the
+    # trace's ticks: the device may drop STATEs a slow reader has not taken.
+    watchdog_us = 2 * RIG_PERIOD_US
+    assert fault.t_us - fault.info_t_us > watchdog_us
     trace = hil.trace()
+    t_us, due_us = (np.round(trace[k] * 1e6).astype(np.int64) for k in ("t", "due"))
+    answered = int(np.flatnonzero(t_us % 2**32 == fault.info_t_us)[-1])
+    tripped = int(np.argmax(trace["mode"] == P.MODE_FAULT))
+    age_us = t_us - np.minimum(t_us - due_us, watchdog_us) - t_us[answered]
+    assert tripped == answered + 1 + int(np.argmax(age_us[answered + 1:] > watchdog_us))
+    if np.all(t_us[answered:tripped + 1] - due_us[answered:tripped + 1] < RIG_PERIOD_US):
+        assert tripped - answered == 3   # on time: the third tick after
     t_fault = fault.t_us * 1e-6
     after = trace["t"] >= t_fault - 1e-6
     assert np.all(trace["u"][after] == 0) and np.all(trace["mode"][after] == P.MODE_FAULT)
     before = (trace["t"] < t_fault - 1e-6) & (trace["mode"] == P.MODE_ARMED)
-    assert np.all(trace["u"][before][2:] == pytest.approx(0.05))
+    # zero until the first command arrives (a tick or more: a busy machine may
+    # pause this Python client for longer), then the command to the fault
+    u_armed = trace["u"][before]
+    first = int(np.argmax(u_armed != 0))
+    assert u_armed[first] != 0 and np.all(u_armed[:first] == 0)
+    assert np.all(u_armed[first:] == pytest.approx(0.05))
     # the STATEs say the same, and the fault sticks until DISARM
     later = [s for _, s in c.of(P.State) if s.t_us > fault.t_us]
     assert later and all(s.actuator == 0 and s.mode == P.MODE_FAULT for s in later)

@@ -53,9 +53,10 @@ typedef struct {
   hil_faults faults;
   int fd;                     /* non-blocking, raw; closed by the HIL on disconnect */
   int realtime;               /* try SCHED_FIFO for the loop's thread (best effort) */
-  /* per-tick trace, caller-owned, may be NULL; t_us and x [cap * 4] */
+  /* per-tick trace, caller-owned, may be NULL; t_us and x [cap * 4];
+   * due_us: when the tick was due (a loaded host runs it late) */
   size_t trace_cap;
-  uint64_t *trace_t_us;
+  uint64_t *trace_t_us, *trace_due_us;
   double *trace_x;
   float *trace_u;
   uint8_t *trace_mode, *trace_fault;

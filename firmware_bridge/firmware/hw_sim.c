@@ -374,6 +374,7 @@ static void tick(hil_sim *h, uint64_t due_us)
   const size_t i = h->stats.trace_len;
   if (i < h->o.trace_cap) {
     if (h->o.trace_t_us) h->o.trace_t_us[i] = h->dev.prev_t_us;
+    if (h->o.trace_due_us) h->o.trace_due_us[i] = due_us;
     if (h->o.trace_x)
       for (int k = 0; k < 4; ++k) h->o.trace_x[4 * i + k] = k < h->m.nx ? h->x[k] : 0.0;
     if (h->o.trace_u) h->o.trace_u[i] = h->u;
