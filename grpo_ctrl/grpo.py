@@ -479,6 +479,8 @@ class GroupRollout:
         if sde:
             every = cfg.sde_sample_freq or H
             features = torch.empty(H, b, noise.shape[-1])
+        # a state-independent std: the noise's scale once, not an exp and a product a step
+        spread = noise * torch.exp(log_std) if not sde and policy.std_head is None else None
         last_act = None
         if flip is not None:  # numpy views: a few numbers a step, where torch's calls cost more
             probe, opened, closed = flip
@@ -490,10 +492,12 @@ class GroupRollout:
             if sde:  # its log std: after the loop, in one call
                 mu[t], features[t] = policy.sde_dist(policy.normalise(raw[t]))
                 z[t] = mu[t] + (features[t] * noise[t // every]).sum(-1)
+            elif spread is not None:
+                mu[t], ls = policy.mu(policy.normalise(raw[t])), log_std
+                z[t] = mu[t] + spread[t]
             else:
-                mu[t], ls = policy.dist(policy.normalise(raw[t]))
-                if policy.std_head is not None:
-                    log_std[t] = ls
+                mu[t], log_std[t] = policy.dist(policy.normalise(raw[t]))
+                ls = log_std[t]
                 z[t] = mu[t] + noise[t] * torch.exp(ls)
             if flip is not None and t < cfg.loss_steps:
                 inside = (opened <= t) & (t < closed)

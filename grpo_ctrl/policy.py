@@ -159,6 +159,23 @@ def mlp(nin: int, hidden: int, layers: int, activation: str, features: int = 0,
     return nn.Sequential(*mods)
 
 
+def run_layers(layers, x: torch.Tensor) -> torch.Tensor:
+    """``nn.Sequential(*layers)(x)``: the same ops, bit for bit, without nn.Module's call
+    machinery, which costs a sixth of a rollout step at hidden 32 (docs/grpo.md §9,
+    eleventh pass). Hooks on the layers do not run."""
+    for layer in layers:
+        kind = type(layer)
+        if kind is nn.Linear:
+            x = F.linear(x, layer.weight, layer.bias)
+        elif kind is nn.ReLU:
+            x = torch.relu(x)
+        elif kind is FourierFeatures:
+            x = layer.forward(x)
+        else:
+            x = layer(x)
+    return x
+
+
 def mlp_for(arch: dict) -> nn.Sequential:
     """A fresh mean network of a policy's ``arch`` (GaussianPolicy.arch)."""
     return mlp(arch["nobs"], arch["hidden"], arch["layers"], arch["activation"],
@@ -200,15 +217,12 @@ class GaussianPolicy(nn.Module):
 
     def mu(self, obs_normalised: torch.Tensor) -> torch.Tensor:
         """Mean of z for normalised observations, shape (N,)."""
-        return self.net(obs_normalised).squeeze(-1)
+        return run_layers(self.net, obs_normalised).squeeze(-1)
 
     def hidden(self, obs_normalised: torch.Tensor) -> torch.Tensor:
         """The last hidden layer, (N, hidden) (net[:-1] would build a new Sequential per call:
         ~50 us, a fifth of the forward pass, in the rollout's loop)."""
-        layers = list(self.net)
-        for layer in layers[:-1]:
-            obs_normalised = layer(obs_normalised)
-        return obs_normalised
+        return run_layers(list(self.net)[:-1], obs_normalised)
 
     def dist(self, obs_normalised: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean, log std) of z for normalised observations: shapes (N,) and

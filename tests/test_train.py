@@ -18,7 +18,7 @@ from grpo_ctrl.closed_loop import evaluate
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import GRPOConfig, default_config
-from grpo_ctrl.policy import load_policy_controller
+from grpo_ctrl.policy import ACTIVATIONS, GaussianPolicy, load_policy_controller
 from grpo_ctrl.sim import BatchSim
 
 torch.set_num_threads(1)
@@ -753,3 +753,25 @@ def test_the_second_stage_re_branches_the_queries_whose_branches_disagreed():
     for q in range(6):  # centred and scaled by its own std (adv_scale group)
         assert adv[np.array(query) == q].sum() == pytest.approx(0.0, abs=1e-5)
         assert adv[np.array(query) == q].std(ddof=1) == pytest.approx(1.0, abs=1e-4)
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("features", [0, 16])
+def test_the_policy_mean_without_module_calls_is_the_networks_own_bit_for_bit(activation, features):
+    """policy.mu and policy.hidden skip nn.Module's call machinery (the rollout's speed);
+    nn.Sequential's own forward is the reference, values and gradients alike."""
+    torch.manual_seed(0)
+    policy = GaussianPolicy(3, 2.0, hidden=24, layers=3, activation=activation,
+                            features=features, feature_scale=3.0, state_std=True)
+    with torch.no_grad():
+        for p in policy.net.parameters():
+            p.normal_()  # not the near-zero head of a fresh policy: every layer matters
+    x = torch.randn(257, 3)
+    assert torch.equal(policy.mu(x), policy.net(x).squeeze(-1))
+    assert torch.equal(policy.hidden(x), policy.net[:-1](x))
+    grads = []
+    for forward in (lambda: policy.mu(x), lambda: policy.net(x).squeeze(-1)):
+        policy.zero_grad()
+        (forward() ** 2).sum().backward()
+        grads.append([p.grad.clone() for p in policy.net.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
