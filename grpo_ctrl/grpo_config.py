@@ -215,7 +215,8 @@ SYSTEM_DEFAULTS = {
     # hidden 32: 1.3 x the iterations a second (the update 0.68 x, the rollout 0.83 x); real
     # 120 s, interleaved with hidden 64 by seed, seeds 0-4, paired: +0.5, +1.0, +2.2, -0.3,
     # +1.2 (s.e. 0.2-0.5), +0.9 ± 0.4, 1.4-2.6 below the optimum against 1.2-4.8; real 30 s:
-    # +0.5 ± 0.6 (no difference); at a fixed 8,000 iterations a little worse (eleventh pass)
+    # +0.5 ± 0.6 (no difference); at a fixed 8,000 iterations a little worse (docs/grpo.md
+    # §9, tenth and eleventh passes)
     ("pendulum", "gym"): {"gamma": 0.99, "adv_scale": "none", "log_std_min": -0.5,
                           "log_std_init": -0.5, "saturated": 3.0, "features": 64,
                           "feature_scale": 3.0, "lr": 1.5e-3, "hidden": 32},

@@ -139,13 +139,18 @@ class FourierFeatures(nn.Module):
         return torch.cat([plain_sin(x @ self.B + self.b), x], dim=-1)
 
 
+# torch.export and the dynamo ONNX exporter trace with fake tensors (torch >= 2.3 says so;
+# 2.2, the oldest torch this package takes, exports by torch.jit's tracer)
+_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+
+
 def plain_sin(x: torch.Tensor) -> torch.Tensor:
     """torch.sin(x), by numpy where nothing needs torch's own op (no gradient, no
     tracing or export, a CPU tensor): numpy's float32 sine is 2-2.6x faster on this CPU
     (256 x 64 values: 8 against 19 us, a tenth of a rollout step; docs/grpo.md §9,
     eleventh pass), and within an ulp of it."""
     if (x.requires_grad or x.device.type != "cpu" or torch.jit.is_tracing()
-            or torch.compiler.is_compiling()):
+            or _compiling()):
         return torch.sin(x)
     return torch.from_numpy(np.sin(x.numpy()))
 
