@@ -12,6 +12,7 @@
  * Prints "ok <steps>" and exits 0, or names the first failure and exits 1.
  */
 #include "pendsim.h"
+#include "policy_rollout.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -136,6 +137,41 @@ int main(void)
               if (!isfinite(o[j])) return fail("non-finite observation", system, preset);
           }
         }
+        steps += 2L * NSTEP * NENV;
+      }
+      /* the policy rollout (policy_rollout.h): a random network with features, commands
+       * held two steps, the action-rate penalty; everything it writes finite and in range */
+      {
+        static float params[4096], work[16384], spread[NSTEP * NENV], mu[NSTEP * NENV],
+            z[NSTEP * NENV], last[NENV], act[NENV];
+        static double rew[NSTEP * NENV], step_rew[NENV];
+        static uint8_t alive[(NSTEP + 1) * NENV], tm[NENV], tr[NENV];
+        const pr_net net = {.nobs = m.nobs, .nfeat = 9, .nhidden = 2, .width = 7,
+                            .params = params};
+        const size_t nparam = pr_net_num_params(&net);
+        if (nparam == 0 || nparam > 4096 || pr_work_size(&net, NENV) > 16384)
+          return fail("policy network sizes", system, preset);
+        for (size_t i = 0; i < nparam; ++i) params[i] = random_action(2.0);
+        for (int i = 0; i < NSTEP * NENV; ++i) spread[i] = random_action(3.0);
+        memset(alive, 1, NENV);
+        ps_observe(&m, &a.d, obs_c);
+        if (pr_rollout(&m, &a.d, &net, NSTEP, 2, 0, m.u_max, 0.1, spread, obs_c, obs, mu, z,
+                       rew, alive, last, 0, act, step_rew, tm, tr, work) != PS_OK)
+          return fail("policy rollout", system, preset);
+        for (int i = 0; i < NSTEP * NENV; ++i)
+          if (!isfinite(mu[i]) || z[i] != mu[i] + spread[i] || !isfinite(rew[i]) ||
+              alive[NENV + i] > alive[i])
+            return fail("policy rollout's outputs", system, preset);
+        for (int b = 0; b < NENV; ++b)
+          if (!(fabsf(last[b]) <= (float)m.u_max)) return fail("command", system, preset);
+        /* a batch that is not a whole number of tiles; a malformed network refused */
+        pr_net bad = net;
+        bad.nhidden = 0;
+        if (pr_mean(&net, 37, obs, mu, work) != PS_OK ||
+            pr_mean(&bad, 37, obs, mu, work) != PS_ERR_MODEL ||
+            pr_rollout(&m, &a.d, &net, 1, 0, 0, m.u_max, 0.0, spread, obs_c, obs, mu, z, rew,
+                       alive, last, 0, act, step_rew, tm, tr, work) != PS_ERR_MODEL)
+          return fail("policy network checks", system, preset);
         steps += 2L * NSTEP * NENV;
       }
       /* a NaN action: refused, state untouched */

@@ -189,6 +189,10 @@ class GRPOConfig:
     overlap: bool = field(default_factory=two_cores, metadata={
         "doc": "collect the next batch on a second core during the update", "choices": None,
         "low": None, "high": None, "above": None})
+    c_rollout: bool = knob(True, "run the rollout's network, noise, squash and simulator steps "
+                           "in one C loop (csrc/policy_rollout.c) where the policy allows: ReLU, "
+                           "a state-independent std, no flip probes; false: torch, a step at a "
+                           "time")
 
 
 # field name -> allowed values, for the fields that are a choice

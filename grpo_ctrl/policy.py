@@ -259,6 +259,24 @@ class GaussianPolicy(nn.Module):
         h = self.hidden(obs_normalised)
         return self.net[-1](h).squeeze(-1), sde_features(h)
 
+    def c_mean_network(self) -> tuple[dict, np.ndarray] | None:
+        """The mean network as the C rollout takes it (csrc/policy_rollout.h, ``pr_net``):
+        its sizes, and the normaliser, features and layers in one float32 array in that
+        header's order; None where C does not run this network (an activation other than
+        ReLU; gSDE and the per-state std need the last hidden layer)."""
+        arch = self.arch
+        if arch["activation"] != "relu" or arch["sde"] or self.std_head is not None:
+            return None
+        parts = [self._obs_mean, self._obs_inv_std]
+        for layer in self.net:
+            if isinstance(layer, FourierFeatures):
+                parts += [layer.B.t(), layer.b]
+            elif isinstance(layer, nn.Linear):
+                parts += [layer.weight, layer.bias]
+        params = torch.cat([p.detach().reshape(-1) for p in parts]).numpy()
+        return {"nobs": arch["nobs"], "nfeat": arch["features"], "nhidden": arch["layers"],
+                "width": arch["hidden"]}, params
+
     # What acting needs, as numpy arrays: to hand the policy to another process
     # (pickling arrays is ~20x faster than pickling tensors).
     def numpy_state(self) -> dict:

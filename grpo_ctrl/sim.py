@@ -131,6 +131,7 @@ class BatchSim:
         self._p_terminated = ffi.from_buffer("uint8_t[]", self._terminated)
         self._p_truncated = ffi.from_buffer("uint8_t[]", self._truncated)
         self._terminated_view = self._terminated.view(bool)
+        self._work = np.empty(0, np.float32)  # roll_policy's activations
         self._truncated_view = self._truncated.view(bool)
         self.seed(seed)
         lib.ps_reset(self._model, self._data, ffi.NULL, ffi.NULL)
@@ -271,6 +272,50 @@ class BatchSim:
         if rc:
             raise ValueError(_ERRORS[rc])
         return self._obs, self._reward, self._terminated_view, self._truncated_view
+
+    def roll_policy(self, net: dict, params: np.ndarray, spread: np.ndarray, raw: np.ndarray,
+                    mu: np.ndarray, z: np.ndarray, reward: np.ndarray, alive: np.ndarray,
+                    last_act: np.ndarray, have_last: bool, *, u_max: float, w_du: float = 0.0,
+                    repeat: int = 1) -> None:
+        """T decisions of a Gaussian policy's mean network in C (csrc/policy_rollout.h,
+        ``pr_rollout``), continuing from the last observation (``observe()`` or the
+        last step's). ``net`` and ``params``: ``GaussianPolicy.c_mean_network()``;
+        ``spread`` (T, B): each decision's noise times the std. Writes in place: ``raw``
+        (T, B, nobs) the observations, ``mu`` and ``z`` = mu + spread (T, B), float32;
+        ``reward`` (T, B) float64; ``alive`` (T + 1, B) bool, from its given row 0;
+        ``last_act`` (B,) float32, the last command (read first when ``have_last``, for the
+        action-rate penalty ``w_du``). Each command ``u_max tanh(z)`` is held ``repeat``
+        steps."""
+        B, nobs = self.num_envs, self._model.nobs
+        T = spread.shape[0] if spread.ndim == 2 else -1
+        want = {"spread": (spread, np.float32, (T, B)), "raw": (raw, np.float32, (T, B, nobs)),
+                "mu": (mu, np.float32, (T, B)), "z": (z, np.float32, (T, B)),
+                "reward": (reward, np.float64, (T, B)), "alive": (alive, np.bool_, (T + 1, B)),
+                "last_act": (last_act, np.float32, (B,)), "params": (params, np.float32, None)}
+        for name, (a, dtype, shape) in want.items():
+            if (not isinstance(a, np.ndarray) or a.dtype != dtype or not a.flags.c_contiguous
+                    or (shape is not None and a.shape != shape)):
+                raise ValueError(f"{name} must be a C-contiguous {np.dtype(dtype).name} array"
+                                 + (f" of shape {shape}" if shape else ""))
+        c_net = ffi.new("pr_net *", {k: int(v) for k, v in net.items()})
+        c_net.params = ffi.from_buffer("float[]", params)
+        if lib.pr_net_num_params(c_net) != params.size:
+            raise ValueError(f"params has {params.size} floats, the network {net} takes "
+                             f"{lib.pr_net_num_params(c_net)}")
+        size = lib.pr_work_size(c_net, B)
+        if self._work.size < size:
+            self._work = np.empty(size, np.float32)
+        rc = lib.pr_rollout(self._model, self._data, c_net, T, int(repeat), self.autoreset,
+                            float(u_max), float(w_du), ffi.from_buffer("float[]", spread),
+                            self._p_obs, ffi.from_buffer("float[]", raw),
+                            ffi.from_buffer("float[]", mu), ffi.from_buffer("float[]", z),
+                            ffi.from_buffer("double[]", reward),
+                            ffi.from_buffer("uint8_t[]", alive.view(np.uint8)),
+                            ffi.from_buffer("float[]", last_act), bool(have_last),
+                            self._p_action, self._p_reward, self._p_terminated,
+                            self._p_truncated, ffi.from_buffer("float[]", self._work))
+        if rc:
+            raise ValueError(_ERRORS[rc])
 
     @property
     def final_obs(self) -> np.ndarray:
