@@ -763,6 +763,17 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
 # =====================================================================
 # The trainer.
 # =====================================================================
+def adam(params, lr: float) -> torch.optim.Adam:
+    """Adam, fused where this torch has a fused CPU kernel (2.4 and later): all the
+    parameters in one kernel, 44 against 130 us a step at the gym default (two steps an
+    iteration; docs/grpo.md §9, twelfth pass)."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, TypeError):  # older torch: CUDA only
+        return torch.optim.Adam(params, lr=lr)
+
+
 def make_policy(cfg: GRPOConfig, spec) -> GaussianPolicy:
     """The untrained policy a run of ``cfg`` on plant ``spec`` starts from."""
     return GaussianPolicy(spec.nobs, spec.u_max, cfg.hidden, cfg.layers, cfg.activation,
@@ -798,7 +809,7 @@ class Trainer:
                                     self.randomize)
         self.spec = self.rollout.spec
         self.policy = make_policy(cfg, self.spec)
-        self.opt = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr)
+        self.opt = adam(self.policy.parameters(), cfg.lr)
         self.ref = copy.deepcopy(self.policy) if cfg.beta > 0 else None
         self.eval_seed = 1_000_003 + cfg.seed  # the same start states at every evaluation
         self.iteration = 0
