@@ -141,7 +141,8 @@ int pr_mean(const pr_net *net, int B, const float *obs, float *mu, float *work)
   float *out = h[1] + (size_t)w * S;      /* 1 x S */
   float *x = in + (size_t)f * S;
   for (int k = 0; k < n; ++k) {
-    for (int b = 0; b < B; ++b) x[(size_t)k * S + b] = (obs[(size_t)b * n + k] - mean[k]) * scale[k];
+    for (int b = 0; b < B; ++b)
+      x[(size_t)k * S + b] = (obs[(size_t)b * n + k] - mean[k]) * scale[k];
     for (int b = B; b < S; ++b) x[(size_t)k * S + b] = 0.0f; /* the tile's spare lanes */
   }
   if (f) {

@@ -165,18 +165,24 @@ class Ranks:
         squares = self._sum(torch.tensor([((x - mean) ** 2).sum()], dtype=torch.float64))
         return float(np.sqrt(squares[0] / (total[1] - 1)))
 
-    def reduce_batch(self, norm, obs: torch.Tensor, diagnostics: dict | None = None,
-                     lead=None) -> dict:
+    def reduce_batch(self, norm, obs: torch.Tensor | None, diagnostics: dict | None = None,
+                     lead=None, moments: torch.Tensor | None = None) -> dict:
         """Fold all ranks' observations obs (N, nobs) into the RunningNorm
         norm, and return the diagnostics' means over the ranks: one
         collective of counts, sums and squares about the running mean (the
         same on every rank, so the sums stay small where the data is).
         ``lead``, a function of no arguments returning floats (train.py's
         clock and stop flag), is called on every rank just before the
-        collective; rank 0's values come back on every rank under "lead"."""
+        collective; rank 0's values come back on every rank under "lead".
+        ``moments`` (one process): obs's [count, mean, biased var], computed where
+        the batch was collected (Batch.obs_moments); obs may then be None."""
         diagnostics = diagnostics or {}
         if self.world == 1:
-            norm.update(obs)
+            if moments is not None:
+                k = norm.mean.numel()
+                norm.merge(float(moments[0]), moments[1:1 + k], moments[1 + k:])
+            else:
+                norm.update(obs)
             return {**diagnostics, **({"lead": list(lead())} if lead is not None else {})}
         x = obs.reshape(-1, norm.mean.numel()).double()
         d = x - norm.mean

@@ -362,13 +362,15 @@ class Batch:
     mask: torch.Tensor       # (B, L) 1 where the step is in the loss
     returns: np.ndarray      # (N, G) discounted branch returns (screen_group: stage 1's)
     entropy: float           # Monte-Carlo entropy of the squashed action distribution
-    raw_obs: torch.Tensor    # (B*H, nobs) raw observations, for the running normaliser
+    raw_obs: torch.Tensor | None  # (B*H, nobs) raw observations (None: shipped, below)
     raw_loss_obs: torch.Tensor  # (B, L, nobs) raw observations of the loss steps, for pi_ref
     log_std_old: torch.Tensor   # pi_old's log std: (1,), or (B, L) per state (state_std)
     collect_s: float = 0.0      # wall time the collection took
     sim_steps: int = 0          # simulator steps taken by the rollout pool so far, this batch's included
     probe_mask: torch.Tensor | None = None  # (B, L) 1 where a winning probe flipped (probes)
     probe_wins: float = 0.0     # the share of probes that beat their twins
+    obs_moments: torch.Tensor | None = None  # [count, mean (nobs), biased var (nobs)] of
+    # raw_obs, float64: what the running normaliser folds in (RunningNorm.merge)
 
 
 # prioritised queries: a pool state's expected spread is that of the groups from its
@@ -383,9 +385,13 @@ class GroupRollout:
     parallel training passes one that reduces across processes."""
 
     def __init__(self, cfg: GRPOConfig, system: str, preset: str, seed: int,
-                 batch_std=None, randomize: Randomization | None = None):
+                 batch_std=None, randomize: Randomization | None = None,
+                 shipped: bool = False):
         n, g = cfg.num_starts, cfg.group_size
         self.cfg = cfg
+        # shipped: the batches go to another process (overlap), which normalises the loss
+        # steps itself and folds obs_moments: neither raw_obs nor obs travel (~300 kB)
+        self.shipped = shipped
         self.batch_std = batch_std
         # a pool trajectory draws its plant at each reset; its branches copy it
         self.pool = BatchSim(system, cfg.query_pool or n, preset=preset, seed=seed,
@@ -483,7 +489,7 @@ class GroupRollout:
         spread = noise * torch.exp(log_std) if not sde and policy.std_head is None else None
         net = policy.c_mean_network() if cfg.c_rollout and spread is not None and flip is None \
             else None
-        if net is not None:  # the whole loop below in C: ~3x faster (docs/grpo.md §9, twelfth pass)
+        if net is not None:  # the loop below, in C: 2x faster (docs/grpo.md §2, §9 twelfth pass)
             last_act, spread_np, raw_np = np.zeros(b, np.float32), spread.numpy(), raw.numpy()
             for lo, hi in ((0, cfg.loss_steps), (cfg.loss_steps, H)):
                 if lo < hi:
@@ -671,14 +677,19 @@ class GroupRollout:
         if cfg.noise_window > 0 and cfg.noise_outside == "mean":  # = mean, the windows' alone
             sampled = mask_t * window.repeat_interleave(g, 0)
         entropy = -float((logp_squashed * sampled).sum() / sampled.sum().clamp(min=1.0))
-        obs_l = policy.normalise(raw[:L].transpose(0, 1)).contiguous()
+        obs_l = None if self.shipped else policy.normalise(raw[:L].transpose(0, 1)).contiguous()
+        everything = raw.reshape(H * B, nobs)
+        x = everything.double()  # as RunningNorm.update computes them
+        moments = torch.cat([torch.tensor([float(x.shape[0])], dtype=torch.float64), x.mean(0),
+                             x.var(0, unbiased=False)])
         adv_t = torch.from_numpy(adv).float()
         if cfg.saturated > 0:
             adv_t = adv_t * ~saturated(mul, log_std_old, cfg.saturated)
         return Batch(obs=obs_l, z=zl, logp_old=logp_old, mu_old=mul, log_std_old=log_std_old,
                      adv=adv_t,
                      mask=mask_t, returns=returns,
-                     entropy=entropy, raw_obs=raw.reshape(H * B, nobs),
+                     entropy=entropy, raw_obs=None if self.shipped else everything,
+                     obs_moments=moments,
                      raw_loss_obs=raw[:L].transpose(0, 1),
                      collect_s=time.perf_counter() - started, sim_steps=self.sim_steps,
                      probe_mask=probe_mask, probe_wins=probe_wins)
@@ -824,7 +835,8 @@ class Trainer:
         if cfg.overlap:
             spec = self.spec
             self._collector = OverlapCollector(
-                lambda: GroupRollout(cfg, system, preset, cfg.seed, randomize=self.randomize),
+                lambda: GroupRollout(cfg, system, preset, cfg.seed, randomize=self.randomize,
+                                     shipped=True),
                 lambda: make_policy(cfg, spec),
                 cfg.seed)
 
@@ -870,7 +882,7 @@ class Trainer:
             "group_reward_std": float(returns.std(axis=1, ddof=1).mean()),
             "zero_spread": zero_spread_fraction(returns), "entropy": batch.entropy,
             **({"probe_wins": batch.probe_wins} if cfg.probes else {}), **stats},
-            lead)
+            lead, moments=batch.obs_moments)
         if cfg.trust_region == "adaptive":
             self.eps_scale = adapt_clip(self.eps_scale, stats["kl_old"], cfg.kl_target)
         self.policy.refresh_norm()

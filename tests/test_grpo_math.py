@@ -1,16 +1,20 @@
 """The mathematics of grpo_ctrl.grpo and grpo_ctrl.policy against hand-computed
 cases, analytic formulas and numerical differentiation."""
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
-from grpo_ctrl.grpo import (adapt_clip, aggregate_loss, choose_continuation, clip_fractions,
-                            clipped_surrogate, correlated_noise, discounted_returns, draw_queries,
+from grpo_ctrl.distributed import Ranks
+from grpo_ctrl.grpo import (GroupRollout, adapt_clip, aggregate_loss, choose_continuation,
+                            clip_fractions, clipped_surrogate, correlated_noise,
+                            discounted_returns, draw_queries,
                             gaussian_kl, group_advantages, k3_kl, mean_command_smoothness,
                             mirrored, noise_window, predicted_spread, query_probabilities,
                             ragged_group_advantages, saturated, zero_spread_fraction)
+from grpo_ctrl.grpo_config import default_config
 from grpo_ctrl.policy import (GaussianPolicy, RunningNorm, gaussian_log_prob,
                              squashed_log_prob)
 
@@ -567,3 +571,23 @@ def test_the_probe_term_moves_the_mean_toward_a_winning_flip():
             assert float(step[3, 2:6].min()) > 0.0
         else:
             assert float(step.abs().max()) == 0.0
+
+
+def test_a_shipped_batch_folds_into_the_normaliser_as_its_raw_observations_do():
+    """The overlap collector ships each batch's observation moments, not its raw
+    observations (GroupRollout(shipped=True)); folding them in (Ranks.reduce_batch)
+    must give the running normaliser RunningNorm.update's bits."""
+    cfg = replace(default_config("pendulum", "gym"), num_starts=4)
+    policy = GaussianPolicy(3, 2.0, 8, 1)
+    kept = GroupRollout(cfg, "pendulum", "gym", seed=1).collect(policy, torch.Generator())
+    shipped = GroupRollout(cfg, "pendulum", "gym", seed=1, shipped=True).collect(
+        policy, torch.Generator())
+    assert shipped.raw_obs is None and shipped.obs is None
+    assert torch.equal(shipped.obs_moments, kept.obs_moments)
+    by_update, by_moments = RunningNorm(3), RunningNorm(3)
+    for _ in range(2):  # twice: the second merge meets a non-empty normaliser
+        by_update.update(kept.raw_obs)
+        Ranks.current().reduce_batch(by_moments, None, moments=shipped.obs_moments)
+    assert by_moments.count == by_update.count == 2 * kept.raw_obs.shape[0]
+    assert torch.equal(by_moments.mean, by_update.mean)
+    assert torch.equal(by_moments.var, by_update.var)
