@@ -77,7 +77,7 @@ class Snapshots:
 
 # ---------------------------------------------------------------------- GRPO
 def run_grpo(budget: float, every: float, seed: int, out) -> dict:
-    cfg = default_config("pendulum", "gym")
+    cfg = default_config("pendulum", "gym", budget)  # what `grpo-ctrl train` runs for it
     cfg.time_budget, cfg.seed = budget, seed
     snaps = Snapshots(every)
 

@@ -43,7 +43,8 @@ from grpo_ctrl.distributed import Ranks
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write, save_figure, write_toml
 from grpo_ctrl.grpo import Trainer
-from grpo_ctrl.grpo_config import CHOICES, GRPOConfig, check_config, default_config
+from grpo_ctrl.grpo_config import (CHOICES, LONG_BUDGET_DEFAULTS, GRPOConfig, check_config,
+                                   default_config, long_budget_defaults)
 from grpo_ctrl.option_types import number
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
 from grpo_ctrl.plant import plant_spec, resolve_plant
@@ -134,7 +135,7 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
         file_cfg.update(read_toml(args.config))
     system, preset = resolve_plant(args.system or file_cfg.get("system") or "pendulum",
                                    args.preset or file_cfg.get("preset"))
-    cfg = default_config(system, preset)
+    given = {}  # flags first, then the file
     for f in fields(GRPOConfig):
         value = getattr(args, f.name, None)
         if value is None and f.name in file_cfg:
@@ -142,7 +143,11 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
         if value is not None:
             if f.type == "float" and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)  # TOML's 30 for 30.0
-            setattr(cfg, f.name, value)
+            given[f.name] = value
+    budget = given.get("time_budget", default_config(system, preset).time_budget)
+    cfg = default_config(system, preset, budget if isinstance(budget, float) else 0.0)
+    for name, value in given.items():
+        setattr(cfg, name, value)
     check_config(cfg)
     table = file_cfg.get("randomize", {})
     if not isinstance(table, dict):
@@ -395,6 +400,16 @@ def run(args) -> int:
     return 128 + signals.received
 
 
+def _long_run_note(system: str, preset: str, cfg: GRPOConfig) -> str:
+    """Says which of the run's values are the plant's defaults for long runs."""
+    used = {k: v for k, v in long_budget_defaults(system, preset, cfg.time_budget).items()
+            if getattr(cfg, k) == v}
+    if not used:
+        return ""
+    return (f"; {', '.join(f'{k} = {v:g}' for k, v in used.items())}: the defaults of runs of "
+            f"{LONG_BUDGET_DEFAULTS[(system, preset)][0]:g} s or more (docs/grpo.md §7)")
+
+
 def _train_and_report(system: str, preset: str, cfg: GRPOConfig, out: Path, resume: bool,
                       progress: bool, randomize: Randomization, stop) -> None:
     """Train as this process's rank; rank 0 says what it does."""
@@ -408,7 +423,8 @@ def _train_and_report(system: str, preset: str, cfg: GRPOConfig, out: Path, resu
                  else "")
               + (f"; {ranks.world} data-parallel processes" if ranks.world > 1 else "")
               + ("; plants randomised (docs/robustness.md; --randomize off: nominal)"
-                 if randomize.active else ""), flush=True)
+                 if randomize.active else "")
+              + _long_run_note(system, preset, cfg), flush=True)
     summary = train(system, preset, cfg, out, resume=resume, progress=progress, ranks=ranks,
                     randomize=randomize, stop=stop)
     if ranks.is_main:

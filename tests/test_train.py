@@ -158,6 +158,29 @@ def test_config_file_then_flags_take_precedence(tmp_path):
     assert cfg.horizon == 160  # the cart-pole swing-up's own default, from no file or flag
 
 
+@pytest.mark.parametrize("argv, file, want", [
+    ([], "", {"gamma": 0.99, "num_starts": 32, "time_budget": 30.0}),
+    (["--time-budget", "119"], "", {"gamma": 0.99, "num_starts": 32}),
+    (["--time-budget", "120"], "", {"gamma": 0.995, "num_starts": 64}),
+    (["--time-budget", "600", "--gamma", "0.98"], "", {"gamma": 0.98, "num_starts": 64}),
+    ([], "time_budget = 300\nnum_starts = 16\n", {"gamma": 0.995, "num_starts": 16}),
+    (["--time-budget", "0", "--iterations", "9000"], "", {"gamma": 0.99}),  # no clock, no guess
+    (["--preset", "rig", "--time-budget", "600"], "", {"gamma": 0.99, "num_starts": 32}),
+])
+def test_long_runs_of_the_gym_pendulum_get_their_own_defaults(tmp_path, argv, file, want):
+    """From 120 s on, gamma 0.995 and 64 starts (LONG_BUDGET_DEFAULTS), unless a flag or
+    the config file names them; other plants and shorter runs keep theirs."""
+    from grpo_ctrl.train import add_arguments, resolve
+    import argparse
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    conf = tmp_path / "c.toml"
+    conf.write_text(file)
+    *_, cfg, _, _ = resolve(p.parse_args(argv + ["--config", str(conf),
+                                                 "--out", str(tmp_path / "r")]))
+    assert {k: getattr(cfg, k) for k in want} == want
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train", "--system", "trolley"], "unknown system"),
     (["train", "--preset", "moon"], "unknown preset"),
