@@ -354,7 +354,8 @@ def adapt_clip(eps_scale: float, kl: float, target: float) -> float:
 # =====================================================================
 @dataclass
 class Batch:
-    obs: torch.Tensor        # (B, L, nobs) normalised observations of the loss steps
+    obs: torch.Tensor | None  # (B, L, nobs) normalised observations of the loss steps (None:
+    # shipped; the trainer normalises raw_loss_obs with its own statistics)
     z: torch.Tensor          # (B, L) pre-squash actions taken
     logp_old: torch.Tensor   # (B, L) Gaussian log-density under pi_old
     mu_old: torch.Tensor     # (B, L) pi_old's mean, for the exact KL diagnostic
