@@ -131,8 +131,8 @@ class BatchSim:
         self._p_terminated = ffi.from_buffer("uint8_t[]", self._terminated)
         self._p_truncated = ffi.from_buffer("uint8_t[]", self._truncated)
         self._terminated_view = self._terminated.view(bool)
-        self._work = np.empty(0, np.float32)  # roll_policy's activations
         self._truncated_view = self._truncated.view(bool)
+        self._work = np.empty(0, np.float32)  # roll_policy's activations
         self.seed(seed)
         lib.ps_reset(self._model, self._data, ffi.NULL, ffi.NULL)
 
