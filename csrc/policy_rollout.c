@@ -11,8 +11,9 @@
 
 /* Runtime dispatch: the dense layers compiled for AVX-512 and for AVX2 as well
  * as for the baseline, the best one picked when the library loads (GCC's
- * function multiversioning; glibc's ifunc). 2.4x the baseline's speed on
- * AVX-512 (benchmarks/bench_iteration.py). Elsewhere: the baseline only. */
+ * function multiversioning; glibc's ifunc): 25 against 60 us a decision at
+ * 256 branches on AVX-512 (docs/grpo.md §9, twelfth pass). Elsewhere: the
+ * baseline only. */
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && defined(__x86_64__) && \
     defined(__linux__) && !defined(PR_NO_CLONES)
 #define PR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))

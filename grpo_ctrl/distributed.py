@@ -174,13 +174,12 @@ class Ranks:
         ``lead``, a function of no arguments returning floats (train.py's
         clock and stop flag), is called on every rank just before the
         collective; rank 0's values come back on every rank under "lead".
-        ``moments`` (one process): obs's [count, mean, biased var], computed where
-        the batch was collected (Batch.obs_moments); obs may then be None."""
+        ``moments`` (one process): ``RunningNorm.moments(obs)``, computed where the
+        batch was collected (Batch.obs_moments); obs may then be None."""
         diagnostics = diagnostics or {}
         if self.world == 1:
             if moments is not None:
-                k = norm.mean.numel()
-                norm.merge(float(moments[0]), moments[1:1 + k], moments[1 + k:])
+                norm.merge_moments(moments)
             else:
                 norm.update(obs)
             return {**diagnostics, **({"lead": list(lead())} if lead is not None else {})}

@@ -42,7 +42,8 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo_config import GRPOConfig, check_config
 from grpo_ctrl.heap import keep_freed_memory
 from grpo_ctrl.overlap import OverlapCollector
-from grpo_ctrl.policy import GaussianPolicy, gaussian_log_prob, log_tanh_jacobian, sde_log_std
+from grpo_ctrl.policy import (GaussianPolicy, RunningNorm, gaussian_log_prob, log_tanh_jacobian,
+                             sde_log_std)
 from grpo_ctrl.randomize import Randomization
 from grpo_ctrl.sim import BatchSim
 from grpo_ctrl.trust_region import clipped_surrogate, surrogate  # noqa: F401 (clipped_surrogate: API)
@@ -371,7 +372,7 @@ class Batch:
     probe_mask: torch.Tensor | None = None  # (B, L) 1 where a winning probe flipped (probes)
     probe_wins: float = 0.0     # the share of probes that beat their twins
     obs_moments: torch.Tensor | None = None  # [count, mean (nobs), biased var (nobs)] of
-    # raw_obs, float64: what the running normaliser folds in (RunningNorm.merge)
+    # raw_obs, float64: what the running normaliser folds in (RunningNorm.moments)
 
 
 # prioritised queries: a pool state's expected spread is that of the groups from its
@@ -680,9 +681,6 @@ class GroupRollout:
         entropy = -float((logp_squashed * sampled).sum() / sampled.sum().clamp(min=1.0))
         obs_l = None if self.shipped else policy.normalise(raw[:L].transpose(0, 1)).contiguous()
         everything = raw.reshape(H * B, nobs)
-        x = everything.double()  # as RunningNorm.update computes them
-        moments = torch.cat([torch.tensor([float(x.shape[0])], dtype=torch.float64), x.mean(0),
-                             x.var(0, unbiased=False)])
         adv_t = torch.from_numpy(adv).float()
         if cfg.saturated > 0:
             adv_t = adv_t * ~saturated(mul, log_std_old, cfg.saturated)
@@ -690,7 +688,7 @@ class GroupRollout:
                      adv=adv_t,
                      mask=mask_t, returns=returns,
                      entropy=entropy, raw_obs=None if self.shipped else everything,
-                     obs_moments=moments,
+                     obs_moments=RunningNorm.moments(everything),
                      raw_loss_obs=raw[:L].transpose(0, 1),
                      collect_s=time.perf_counter() - started, sim_steps=self.sim_steps,
                      probe_mask=probe_mask, probe_wins=probe_wins)

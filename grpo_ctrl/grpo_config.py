@@ -270,8 +270,8 @@ LONG_BUDGET_DEFAULTS = {
     # gamma 0.995 alone loses. Real 120 s, seeds 0-7, paired with the 30 s defaults: +0.3, +0.8,
     # +0.4, +0.7, +0.5, +0.3, +1.0, +0.6 (s.e. 0.2-0.4), +0.58 ± 0.09, 0.24-0.70 below the
     # optimum, every seed within 1, against 0.61-1.52 (three of eight not); at real 30 s no
-    # gain (-0.6 ± 0.6), so
-    # short runs keep gamma 0.99 and 32 starts (docs/grpo.md §9, eleventh and twelfth passes)
+    # gain (-0.6 ± 0.6 and -0.5 ± 0.3), so short runs keep gamma 0.99 and 32 starts
+    # (docs/grpo.md §9, eleventh and twelfth passes)
     ("pendulum", "gym"): (120.0, {"gamma": 0.995, "num_starts": 64}),
 }
 

@@ -96,8 +96,21 @@ class RunningNorm:
         self.count = 0.0
 
     def update(self, x: torch.Tensor) -> None:
-        x = x.reshape(-1, self.mean.numel()).double()
-        self.merge(x.shape[0], x.mean(0), x.var(0, unbiased=False))
+        self.merge_moments(self.moments(x.reshape(-1, self.mean.numel())))
+
+    @staticmethod
+    def moments(x: torch.Tensor) -> torch.Tensor:
+        """[count, mean, biased variance] of observations x (N, n), float64, in one
+        tensor: what ``update`` folds in, computed where the batch was collected (the
+        overlap collector ships these instead of the observations)."""
+        x = x.double()
+        return torch.cat([torch.tensor([float(x.shape[0])], dtype=torch.float64), x.mean(0),
+                          x.var(0, unbiased=False)])
+
+    def merge_moments(self, moments: torch.Tensor) -> None:
+        """Fold in ``moments(x)`` of new observations x."""
+        k = self.mean.numel()
+        self.merge(float(moments[0]), moments[1:1 + k], moments[1 + k:])
 
     def merge(self, n: float, m: torch.Tensor, v: torch.Tensor) -> None:
         """Fold in the moments of n new observations: their mean m and their
