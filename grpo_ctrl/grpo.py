@@ -37,6 +37,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from grpo_ctrl.c_gradient import CGradient
 from grpo_ctrl.distributed import Ranks
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo_config import GRPOConfig, check_config
@@ -711,9 +712,27 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
     B, L = batch.z.shape
     per_state = batch.log_std_old.dim() == 2
     grad_norms, clip_lo, clip_hi = [], [], []
+    c = CGradient.of(policy, cfg, batch, ref)  # the default loss's gradient in one C call
     for _ in range(cfg.epochs):
         perm = torch.randperm(B, generator=gen)
         for idx in perm.chunk(cfg.minibatches):
+            if c is not None:
+                # clipped in C, unless the ranks average the gradients first
+                got = c.gradient(idx, cfg.loss_agg, eps_low, eps_high,
+                                 cfg.max_grad_norm if average_gradients is None else 0.0)
+                grad_norm = got["grad_norm"]
+                if average_gradients is not None:
+                    average_gradients(policy.parameters())
+                    grad_norm = float(torch.nn.utils.clip_grad_norm_(
+                        policy.parameters(),
+                        cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf))
+                grad_norms.append(grad_norm)
+                opt.step()
+                with torch.no_grad():
+                    policy.log_std.clamp_(min=cfg.log_std_min)
+                clip_lo.append(got["clip_low"])
+                clip_hi.append(got["clip_high"])
+                continue
             mu, log_std = policy.dist(batch.obs[idx])
             log_std_old = batch.log_std_old[idx] if per_state else batch.log_std_old
             logp = gaussian_log_prob(batch.z[idx], mu, log_std)
@@ -757,7 +776,10 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
     every = KL_STRIDE if cfg.trust_region != "adaptive" and B >= 4 * KL_STRIDE else 1
     rows = slice(1 if every > 1 else 0, None, every)  # 1: not a group's branch 0 (continuation policy)
     with torch.no_grad():
-        mu, log_std = policy.dist(batch.obs[rows])
+        if c is not None:
+            mu, log_std = c.mean(torch.arange(B)[rows]), policy.log_std
+        else:
+            mu, log_std = policy.dist(batch.obs[rows])
         m = batch.mask[rows]
         n = m.sum().clamp(min=1.0)
         log_std_old = batch.log_std_old[rows] if per_state else batch.log_std_old

@@ -194,6 +194,10 @@ class GRPOConfig:
                            "in one C loop (csrc/policy_rollout.c) where the policy allows: ReLU, "
                            "a state-independent std, no flip probes; false: torch, a step at a "
                            "time")
+    c_update: bool = knob(True, "compute each minibatch's gradient in one C call "
+                          "(csrc/policy_update.c) where the policy and loss allow: ReLU, a "
+                          "state-independent std, the fixed or adaptive clip, beta 0, no probes "
+                          "or w_smooth; false: torch autograd")
 
 
 # field name -> allowed values, for the fields that are a choice

@@ -54,6 +54,7 @@ ACCEPTED = {
     ("train", "--sde"): ({"zero"}, "0 is false: per-step noise"),
     ("train", "--antithetic"): ({"zero"}, "0 is false: independent branches"),
     ("train", "--c-rollout"): ({"zero"}, "0 is false: the rollout in torch"),
+    ("train", "--c-update"): ({"zero"}, "0 is false: the gradient by torch autograd"),
     ("train", "--features"): ({"zero"}, "0: no Fourier features, the observation alone"),
     ("train", "--sde-sample-freq"): ({"zero"}, "0: one exploration matrix per branch"),
     ("train", "--query-pool"): ({"zero"}, "0: every trajectory queried every iteration"),

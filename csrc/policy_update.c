@@ -1,0 +1,371 @@
+/*
+ * policy_update: the clipped-ratio loss's gradient in C (policy_update.h).
+ * The network's arithmetic is float32, as torch's; the sums over steps of
+ * the loss and of log_std's gradient are double.
+ */
+#include "policy_update.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "policy_dense.h"
+
+/* Steps per chunk: the chunk's activations (~60 kB at the gym default) stay in
+ * L2 between the forward and the backward pass. A multiple of TILE, and not of
+ * 256 (stride(), policy_dense.h). */
+#define CHUNK 128
+#define LOG_2PI 1.8378770664093453f
+
+/* The workspace, carved (pu_work_size counts what carve takes). */
+typedef struct {
+  float *in;                      /* (nfeat + nobs) x CHUNK: features, then x */
+  float *h[PU_MAX_HIDDEN];        /* width x CHUNK: the hidden layers' outputs */
+  float *mu, *dmu;                /* CHUNK: output, and the loss's gradient with respect to it */
+  float *dh[2];                   /* width x CHUNK: gradients at hidden layers, alternately */
+  float *feat_W;                  /* nfeat x nobs: B transposed, dense()'s layout */
+  float *WT[PU_MAX_HIDDEN];       /* hidden layer l >= 1's weight transposed (width x width) */
+  float *zeros;                   /* a zero bias for the backward pass's dense() */
+  float *gacc[PU_MAX_HIDDEN + 1]; /* per-lane gradient sums: (out * in) x TILE */
+  float *gbacc[PU_MAX_HIDDEN + 1];/* out x TILE */
+  float *lane_z, *lane_logp_old, *lane_adv, *lane_mask, *lane_weight; /* CHUNK each */
+} parts;
+
+static int net_ok(const pu_net *net)
+{
+  if (!net || net->nobs < 1 || net->nfeat < 0 || net->nhidden < 1 ||
+      net->nhidden > PU_MAX_HIDDEN || net->width < 1)
+    return 0;
+  if (net->nfeat && (!net->feat_B || !net->feat_b)) return 0;
+  for (int l = 0; l <= net->nhidden; ++l)
+    if (!net->W[l] || !net->b[l]) return 0;
+  return 1;
+}
+
+static int batch_ok(const pu_batch *bt, const int64_t *rows, int nrows)
+{
+  if (!bt || bt->B < 1 || bt->L < 1 || !bt->obs || !bt->z || !bt->logp_old || !bt->adv ||
+      !bt->mask || !rows || nrows < 1)
+    return 0;
+  for (int i = 0; i < nrows; ++i)
+    if (rows[i] < 0 || rows[i] >= bt->B) return 0;
+  return 1;
+}
+
+static int fan_in(const pu_net *net, int l) { return l == 0 ? net->nfeat + net->nobs : net->width; }
+static int fan_out(const pu_net *net, int l) { return l == net->nhidden ? 1 : net->width; }
+
+/* Carves work into p (work NULL: only counts). Returns the floats taken. */
+static size_t carve(const pu_net *net, float *work, parts *p)
+{
+  const size_t S = CHUNK, f = (size_t)net->nfeat, n = (size_t)net->nobs, w = (size_t)net->width;
+  size_t at = 0;
+#define TAKE(ptr, count)                  \
+  do {                                    \
+    if (work) (ptr) = work + at;          \
+    at += (size_t)(count);                \
+  } while (0)
+  TAKE(p->in, (f + n) * S);
+  for (int l = 0; l < net->nhidden; ++l) TAKE(p->h[l], w * S);
+  TAKE(p->mu, S);
+  TAKE(p->dmu, S);
+  TAKE(p->dh[0], w * S);
+  TAKE(p->dh[1], w * S);
+  TAKE(p->feat_W, f * n);
+  for (int l = 1; l < net->nhidden; ++l) TAKE(p->WT[l], w * w);
+  TAKE(p->zeros, f + n > w ? f + n : w);
+  for (int l = 0; l <= net->nhidden; ++l) {
+    const size_t out = (size_t)fan_out(net, l), in = (size_t)fan_in(net, l);
+    TAKE(p->gacc[l], out * in * TILE);
+    TAKE(p->gbacc[l], out * TILE);
+  }
+  TAKE(p->lane_z, S);
+  TAKE(p->lane_logp_old, S);
+  TAKE(p->lane_adv, S);
+  TAKE(p->lane_mask, S);
+  TAKE(p->lane_weight, S);
+#undef TAKE
+  return at;
+}
+
+size_t pu_work_size(const pu_net *net)
+{
+  parts p;
+  return net_ok(net) ? carve(net, NULL, &p) : 0;
+}
+
+/* The weights' copies the kernels want: B and the hidden layers' weights transposed. */
+static void prepare(const pu_net *net, parts *p)
+{
+  const int f = net->nfeat, n = net->nobs, w = net->width;
+  for (int k = 0; k < n; ++k)
+    for (int j = 0; j < f; ++j) p->feat_W[(size_t)j * n + k] = net->feat_B[(size_t)k * f + j];
+  for (int l = 1; l < net->nhidden; ++l)
+    for (int j = 0; j < w; ++j)
+      for (int i = 0; i < w; ++i) p->WT[l][(size_t)i * w + j] = net->W[l][(size_t)j * w + i];
+  const int nz = f + n > w ? f + n : w;
+  for (int i = 0; i < nz; ++i) p->zeros[i] = 0.0f;
+}
+
+/* Lanes 0..count of the chunk: steps first, first + 1, ... of the flattened
+ * rows (branch rows[i / L], step i % L); the rest padded with zeros, whose
+ * weight 0 keeps them out of every sum. */
+static void fill(const pu_net *net, const pu_batch *bt, const int64_t *rows, long first, int count,
+                 parts *p)
+{
+  const int n = net->nobs, L = bt->L;
+  float *x = p->in + (size_t)net->nfeat * CHUNK;
+  for (int s = 0; s < CHUNK; ++s) {
+    if (s < count) {
+      const long i = first + s;
+      const size_t at = (size_t)rows[i / L] * (size_t)L + (size_t)(i % L);
+      for (int k = 0; k < n; ++k) x[(size_t)k * CHUNK + s] = bt->obs[at * n + k];
+      p->lane_z[s] = bt->z[at];
+      p->lane_logp_old[s] = bt->logp_old[at];
+      p->lane_adv[s] = bt->adv[at];
+      p->lane_mask[s] = bt->mask[at];
+    } else {
+      for (int k = 0; k < n; ++k) x[(size_t)k * CHUNK + s] = 0.0f;
+      p->lane_z[s] = p->lane_logp_old[s] = p->lane_adv[s] = p->lane_mask[s] = 0.0f;
+    }
+  }
+}
+
+static void forward(const pu_net *net, parts *p)
+{
+  const int f = net->nfeat, n = net->nobs, w = net->width;
+  const float *x = p->in + (size_t)f * CHUNK;
+  if (f) dense(CHUNK, n, f, p->feat_W, net->feat_b, x, p->in, ACT_SIN);
+  const float *a = f ? p->in : x;
+  int nin = f + n;
+  for (int l = 0; l < net->nhidden; ++l) {
+    dense(CHUNK, nin, w, net->W[l], net->b[l], a, p->h[l], ACT_RELU);
+    a = p->h[l];
+    nin = w;
+  }
+  dense(CHUNK, w, 1, net->W[net->nhidden], net->b[net->nhidden], a, p->mu, ACT_NONE);
+}
+
+/* gacc[(j * nin + i) * TILE + k] += sum over the chunk's tiles of dy[j][t + k] x[i][t + k],
+ * gbacc[j * TILE + k] += that of dy[j][t + k]: lane by lane, so no horizontal sums
+ * until the end. Blocks of 4 outputs by 4 inputs share each load. */
+PR_CLONES
+static void grad_acc(int nin, int nout, const float *dy, const float *x, float *gacc,
+                     float *gbacc)
+{
+  const int S = CHUNK;
+  for (int j = 0; j < nout; ++j) {
+    tile_vec sum = VEC(gbacc + (size_t)j * TILE);
+    for (int t = 0; t < S; t += TILE) sum += VEC(dy + (size_t)j * S + t);
+    VEC(gbacc + (size_t)j * TILE) = sum;
+  }
+  int j = 0;
+  for (; j + 4 <= nout; j += 4) {
+    const float *d = dy + (size_t)j * S;
+    int i = 0;
+    for (; i + 4 <= nin; i += 4) {
+      float *g = gacc + ((size_t)j * nin + i) * TILE;
+      tile_vec acc[4][4];
+      for (int a = 0; a < 4; ++a)
+        for (int c = 0; c < 4; ++c) acc[a][c] = VEC(g + ((size_t)a * nin + c) * TILE);
+      for (int t = 0; t < S; t += TILE) {
+        tile_vec dv[4], xv[4];
+        for (int a = 0; a < 4; ++a) dv[a] = VEC(d + (size_t)a * S + t);
+        for (int c = 0; c < 4; ++c) xv[c] = VEC(x + (size_t)(i + c) * S + t);
+        for (int a = 0; a < 4; ++a)
+          for (int c = 0; c < 4; ++c) acc[a][c] += dv[a] * xv[c];
+      }
+      for (int a = 0; a < 4; ++a)
+        for (int c = 0; c < 4; ++c) VEC(g + ((size_t)a * nin + c) * TILE) = acc[a][c];
+    }
+    for (; i < nin; ++i) {
+      float *g = gacc + ((size_t)j * nin + i) * TILE;
+      tile_vec acc[4];
+      for (int a = 0; a < 4; ++a) acc[a] = VEC(g + (size_t)a * nin * TILE);
+      for (int t = 0; t < S; t += TILE) {
+        const tile_vec xv = VEC(x + (size_t)i * S + t);
+        for (int a = 0; a < 4; ++a) acc[a] += VEC(d + (size_t)a * S + t) * xv;
+      }
+      for (int a = 0; a < 4; ++a) VEC(g + (size_t)a * nin * TILE) = acc[a];
+    }
+  }
+  for (; j < nout; ++j) {
+    const float *d = dy + (size_t)j * S;
+    for (int i = 0; i < nin; ++i) {
+      float *g = gacc + ((size_t)j * nin + i) * TILE;
+      tile_vec acc = VEC(g);
+      for (int t = 0; t < S; t += TILE) acc += VEC(d + t) * VEC(x + (size_t)i * S + t);
+      VEC(g) = acc;
+    }
+  }
+}
+
+/* dy[j][s] = scale[j] dmu[s] where out[j][s] > 0, else 0: the gradient at a ReLU
+ * layer's input, from the loss's gradient at the linear output scale . out. */
+PR_CLONES
+static void relu_grad_outer(int nout, const float *scale, const float *restrict dmu,
+                            const float *restrict out, float *restrict dy)
+{
+  for (int j = 0; j < nout; ++j) {
+    const float sj = scale[j];
+    for (int s = 0; s < CHUNK; ++s) {
+      const size_t at = (size_t)j * CHUNK + s;
+      const float v = sj * dmu[s];
+      dy[at] = out[at] > 0.0f ? v : 0.0f;
+    }
+  }
+}
+
+/* g[i] = 0 where out[i] <= 0: ReLU's gradient, 1 where its output was > 0. */
+PR_CLONES
+static void relu_grad(size_t n, const float *restrict out, float *restrict g)
+{
+  for (size_t i = 0; i < n; ++i) g[i] = out[i] > 0.0f ? g[i] : 0.0f;
+}
+
+/* The loss's gradient with respect to the chunk's outputs (into dmu), its
+ * share of the loss and of log_std's gradient, and the clip's counts. */
+typedef struct {
+  double loss, glog_std, low, high;
+} sums;
+
+static void loss_grad(parts *p, float log_std, float eps_low, float eps_high, sums *acc)
+{
+  const float inv_std = expf(-log_std), lo = 1.0f - eps_low, hi = 1.0f + eps_high;
+  for (int s = 0; s < CHUNK; ++s) {
+    const float weight = p->lane_weight[s];
+    p->dmu[s] = 0.0f;
+    if (weight == 0.0f) continue;
+    const float u = (p->lane_z[s] - p->mu[s]) * inv_std;
+    const float logp = -0.5f * (u * u) - log_std - 0.5f * LOG_2PI;
+    const float r = expf(logp - p->lane_logp_old[s]), A = p->lane_adv[s];
+    const int low = A < 0.0f && r < lo, high = A > 0.0f && r > hi;
+    const float rc = r < lo ? lo : r > hi ? hi : r;
+    const float obj = fminf(r * A, rc * A);
+    acc->loss -= (double)weight * obj;
+    acc->low += low ? p->lane_mask[s] : 0.0;
+    acc->high += high ? p->lane_mask[s] : 0.0;
+    if (low || high) continue; /* the clipped term is the smaller: no gradient */
+    const float g = -weight * A * r; /* d loss / d logp */
+    p->dmu[s] = g * u * inv_std;
+    acc->glog_std += (double)g * ((double)u * u - 1.0);
+  }
+}
+
+/* Gradients from dmu back to every layer's weights, into the lane accumulators. */
+static void backward(const pu_net *net, parts *p)
+{
+  const int nh = net->nhidden, w = net->width, S = CHUNK;
+  grad_acc(w, 1, p->dmu, p->h[nh - 1], p->gacc[nh], p->gbacc[nh]);
+  int cur = 0;
+  float *dy = p->dh[cur];
+  relu_grad_outer(w, net->W[nh], p->dmu, p->h[nh - 1], dy);
+  for (int l = nh - 1; l >= 0; --l) {
+    const float *a = l ? p->h[l - 1] : p->in;
+    grad_acc(fan_in(net, l), w, dy, a, p->gacc[l], p->gbacc[l]);
+    if (l == 0) break;
+    float *dx = p->dh[1 - cur];
+    cur = 1 - cur;
+    dense(S, w, w, p->WT[l], p->zeros, dy, dx, ACT_NONE);
+    relu_grad((size_t)w * S, a, dx);
+    dy = dx;
+  }
+}
+
+static double row_mask_sum(const pu_batch *bt, int64_t r)
+{
+  double m = 0.0;
+  for (int t = 0; t < bt->L; ++t) m += bt->mask[(size_t)r * bt->L + t];
+  return m;
+}
+
+int pu_gradient(const pu_net *net, float log_std, const pu_batch *bt, const int64_t *rows,
+                int nrows, int agg, float eps_low, float eps_high, double max_grad_norm,
+                float *grad_log_std, pu_stats *stats, float *work)
+{
+  if (!net_ok(net) || !batch_ok(bt, rows, nrows) || !grad_log_std || !stats || !work ||
+      agg < PU_AGG_TOKEN || agg > PU_AGG_DR_GRPO || !(max_grad_norm >= 0.0))
+    return PU_ERR_ARGS;
+  for (int l = 0; l <= net->nhidden; ++l)
+    if (!net->gW[l] || !net->gb[l]) return PU_ERR_ARGS;
+  parts p;
+  carve(net, work, &p);
+  prepare(net, &p);
+  for (int l = 0; l <= net->nhidden; ++l) {
+    memset(p.gacc[l], 0, sizeof(float) * (size_t)fan_out(net, l) * fan_in(net, l) * TILE);
+    memset(p.gbacc[l], 0, sizeof(float) * (size_t)fan_out(net, l) * TILE);
+  }
+  const int L = bt->L;
+  double mask_sum = 0.0;
+  for (int i = 0; i < nrows; ++i) mask_sum += row_mask_sum(bt, rows[i]);
+  /* each step's weight in the average (aggregate_loss) */
+  const double token = 1.0 / (mask_sum > 1.0 ? mask_sum : 1.0);
+  const double dr_grpo = 1.0 / ((double)nrows * L);
+  sums acc = {0.0, 0.0, 0.0, 0.0};
+  const long total = (long)nrows * L;
+  for (long first = 0; first < total; first += CHUNK) {
+    const int count = total - first < CHUNK ? (int)(total - first) : CHUNK;
+    fill(net, bt, rows, first, count, &p);
+    for (int s = 0; s < CHUNK; ++s) {
+      double scale = token;
+      if (s < count && agg == PU_AGG_GRPO) {
+        const double m = row_mask_sum(bt, rows[(first + s) / L]);
+        scale = 1.0 / ((m > 1.0 ? m : 1.0) * nrows);
+      } else if (agg == PU_AGG_DR_GRPO) {
+        scale = dr_grpo;
+      }
+      p.lane_weight[s] = (float)(p.lane_mask[s] * scale);
+    }
+    forward(net, &p);
+    loss_grad(&p, log_std, eps_low, eps_high, &acc);
+    backward(net, &p);
+  }
+  /* the lanes summed into the caller's gradients */
+  double norm2 = acc.glog_std * acc.glog_std;
+  for (int l = 0; l <= net->nhidden; ++l) {
+    const size_t nw = (size_t)fan_out(net, l) * fan_in(net, l), nb = (size_t)fan_out(net, l);
+    for (size_t i = 0; i < nw + nb; ++i) {
+      const float *lane = i < nw ? p.gacc[l] + i * TILE : p.gbacc[l] + (i - nw) * TILE;
+      float g = 0.0f;
+      for (int k = 0; k < TILE; ++k) g += lane[k];
+      if (i < nw)
+        net->gW[l][i] = g;
+      else
+        net->gb[l][i - nw] = g;
+      norm2 += (double)g * g;
+    }
+  }
+  *grad_log_std = (float)acc.glog_std;
+  const double norm = sqrt(norm2);
+  if (max_grad_norm > 0.0 && max_grad_norm / (norm + 1e-6) < 1.0) {
+    const float coef = (float)(max_grad_norm / (norm + 1e-6));
+    for (int l = 0; l <= net->nhidden; ++l) {
+      const size_t nw = (size_t)fan_out(net, l) * fan_in(net, l), nb = (size_t)fan_out(net, l);
+      for (size_t i = 0; i < nw; ++i) net->gW[l][i] *= coef;
+      for (size_t i = 0; i < nb; ++i) net->gb[l][i] *= coef;
+    }
+    *grad_log_std *= coef;
+  }
+  stats->loss = acc.loss;
+  stats->mask_sum = mask_sum;
+  stats->clipped_low = acc.low;
+  stats->clipped_high = acc.high;
+  stats->grad_norm = norm;
+  return PU_OK;
+}
+
+int pu_mean(const pu_net *net, const pu_batch *bt, const int64_t *rows, int nrows, float *mu,
+            float *work)
+{
+  if (!net_ok(net) || !batch_ok(bt, rows, nrows) || !mu || !work) return PU_ERR_ARGS;
+  parts p;
+  carve(net, work, &p);
+  prepare(net, &p);
+  const long total = (long)nrows * bt->L;
+  for (long first = 0; first < total; first += CHUNK) {
+    const int count = total - first < CHUNK ? (int)(total - first) : CHUNK;
+    fill(net, bt, rows, first, count, &p);
+    forward(net, &p);
+    for (int s = 0; s < count; ++s) mu[first + s] = p.mu[s];
+  }
+  return PU_OK;
+}

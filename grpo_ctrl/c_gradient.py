@@ -1,0 +1,106 @@
+"""GRPO's clipped-ratio gradient in C (csrc/policy_update.h), for grpo_update.
+
+A minibatch's gradient through torch autograd is ~40 small ops forward and
+back, each paying torch's per-call cost; ``CGradient.gradient`` computes the
+same gradient in one C call and writes it into the parameters' ``.grad``, so
+the optimiser steps as before. It covers the default policy and loss: ReLU
+layers (Fourier features or none), one state-independent std, the fixed or
+adaptive clip, no KL to a reference, no probes or smoothness terms.
+``CGradient.of`` says None elsewhere and grpo_update takes the torch path.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from grpo_ctrl._pendsim import ffi, lib
+from grpo_ctrl.policy import FourierFeatures, GaussianPolicy
+
+AGGREGATIONS = {"token": lib.PU_AGG_TOKEN, "grpo": lib.PU_AGG_GRPO,
+                "dr_grpo": lib.PU_AGG_DR_GRPO}
+
+
+def _floats(t: torch.Tensor):
+    """A float * to a contiguous float32 CPU tensor's data."""
+    if t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu":
+        raise ValueError(f"C wants contiguous float32 CPU tensors, got {t.dtype} {tuple(t.shape)}")
+    return ffi.cast("float *", t.data_ptr())
+
+
+class CGradient:
+    """One policy's network and one batch, as pu_gradient takes them. Build one per
+    update (``of``): it points at the parameters' and gradients' memory as they are."""
+
+    @staticmethod
+    def of(policy: GaussianPolicy, cfg, batch, ref=None, average_gradients=None
+           ) -> "CGradient | None":
+        """The C gradient for this update, or None where it does not apply."""
+        arch = policy.arch
+        layers = [m for m in policy.net if isinstance(m, nn.Linear)]
+        if (not getattr(cfg, "c_update", False) or arch["activation"] != "relu" or arch["sde"]
+                or policy.std_head is not None or batch.log_std_old.dim() != 1
+                or cfg.trust_region not in ("fixed", "adaptive")
+                or (cfg.beta > 0 and ref is not None) or batch.probe_mask is not None
+                or cfg.w_smooth > 0 or cfg.loss_agg not in AGGREGATIONS
+                or len(layers) - 1 > lib.PU_MAX_HIDDEN):
+            return None
+        return CGradient(policy, batch)
+
+    def __init__(self, policy: GaussianPolicy, batch):
+        arch = policy.arch
+        self.policy = policy
+        net = ffi.new("pu_net *")
+        net.nobs, net.nfeat = arch["nobs"], arch["features"]
+        net.nhidden, net.width = arch["layers"], arch["hidden"]
+        linear = [m for m in policy.net if isinstance(m, nn.Linear)]
+        for m in policy.net:
+            if isinstance(m, FourierFeatures):
+                net.feat_B, net.feat_b = _floats(m.B), _floats(m.b)
+        for param in [p for m in linear for p in (m.weight, m.bias)] + [policy.log_std]:
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+        for i, m in enumerate(linear):
+            net.W[i], net.b[i] = _floats(m.weight), _floats(m.bias)
+            net.gW[i], net.gb[i] = _floats(m.weight.grad), _floats(m.bias.grad)
+        self.net = net
+        B, L = batch.z.shape
+        self.L = L
+        # the batch's tensors stay referenced (self.arrays) while C points at them
+        self.arrays = [t.contiguous() for t in (batch.obs, batch.z, batch.logp_old, batch.adv,
+                                                 batch.mask)]
+        obs, z, logp_old, adv, mask = (_floats(t) for t in self.arrays)
+        self.batch = ffi.new("pu_batch *", {"B": B, "L": L, "obs": obs, "z": z,
+                                            "logp_old": logp_old, "adv": adv, "mask": mask})
+        self.work = np.empty(lib.pu_work_size(net), np.float32)
+        self.p_work = ffi.from_buffer("float[]", self.work)
+        self.stats = ffi.new("pu_stats *")
+        self.grad_log_std = ffi.new("float *")
+
+    def gradient(self, rows: torch.Tensor, loss_agg: str, eps_low: float, eps_high: float,
+                 max_grad_norm: float) -> dict:
+        """Writes the loss's gradient over branches ``rows`` (int64) into every
+        parameter's .grad, clipped to ``max_grad_norm`` (0: not clipped). Returns the
+        loss, the gradient's norm before clipping, and the clip's fractions."""
+        rows = rows.contiguous()
+        rc = lib.pu_gradient(self.net, float(self.policy.log_std.detach()[0]), self.batch,
+                             ffi.cast("int64_t *", rows.data_ptr()), rows.numel(),
+                             AGGREGATIONS[loss_agg], eps_low, eps_high, max_grad_norm,
+                             self.grad_log_std, self.stats, self.p_work)
+        if rc:
+            raise ValueError("pu_gradient: malformed network, batch or rows")
+        self.policy.log_std.grad.fill_(self.grad_log_std[0])
+        s = self.stats
+        n = max(s.mask_sum, 1.0)
+        return {"loss": s.loss, "grad_norm": s.grad_norm, "clip_low": s.clipped_low / n,
+                "clip_high": s.clipped_high / n}
+
+    def mean(self, rows: torch.Tensor) -> torch.Tensor:
+        """The network's mean at every step of branches ``rows``: (len(rows), L)."""
+        rows = rows.contiguous()
+        mu = torch.empty(rows.numel(), self.L)
+        rc = lib.pu_mean(self.net, self.batch, ffi.cast("int64_t *", rows.data_ptr()),
+                         rows.numel(), _floats(mu), self.p_work)
+        if rc:
+            raise ValueError("pu_mean: malformed network, batch or rows")
+        return mu
