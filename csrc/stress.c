@@ -8,11 +8,14 @@
  * sensor offsets).
  * It checks, besides what the sanitizers check, that observations stay
  * finite, that a copy stepped with the same actions stays bit-identical,
- * and that a NaN action is refused without touching the state.
+ * that a NaN action is refused without touching the state, and that the
+ * policy's rollout and update gradient (policy_rollout.h, policy_update.h)
+ * stay finite and refuse malformed input.
  * Prints "ok <steps>" and exits 0, or names the first failure and exits 1.
  */
 #include "pendsim.h"
 #include "policy_rollout.h"
+#include "policy_update.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -173,6 +176,62 @@ int main(void)
                        alive, last, 0, act, step_rew, tm, tr, work) != PS_ERR_MODEL)
           return fail("policy network checks", system, preset);
         steps += 2L * NSTEP * NENV;
+        /* the update's gradient (policy_update.h) over the rollout's steps as a batch of
+         * NSTEP branches of NENV steps: three hidden layers of 7, 9 features, 37 rows
+         * with repeats (not a whole number of chunks), some steps masked out; every
+         * gradient finite, bad rows and networks refused */
+        static float wts[4096], grads[4096], logp[NSTEP * NENV], adv[NSTEP * NENV],
+            mask[NSTEP * NENV], uwork[65536];
+        pu_net un = {.nobs = m.nobs, .nfeat = 9, .nhidden = 3, .width = 7};
+        size_t at = 0;
+        un.feat_B = wts + at;
+        at += 9 * (size_t)m.nobs;
+        un.feat_b = wts + at;
+        at += 9;
+        for (int l = 0; l <= 3; ++l) {
+          const size_t nin = l == 0 ? 9 + (size_t)m.nobs : 7, nout = l == 3 ? 1 : 7;
+          un.W[l] = wts + at;
+          un.gW[l] = grads + at;
+          at += nin * nout;
+          un.b[l] = wts + at;
+          un.gb[l] = grads + at;
+          at += nout;
+        }
+        if (at > 4096 || pu_work_size(&un) == 0 || pu_work_size(&un) > 65536)
+          return fail("update network sizes", system, preset);
+        for (size_t i = 0; i < at; ++i) wts[i] = random_action(1.0);
+        for (int i = 0; i < NSTEP * NENV; ++i) {
+          logp[i] = random_action(4.0) - 1.0f;
+          adv[i] = random_action(2.0);
+          mask[i] = i % 7 == 3 ? 0.0f : 1.0f;
+        }
+        const pu_batch ub = {.B = NSTEP, .L = NENV, .obs = obs, .z = z, .logp_old = logp,
+                             .adv = adv, .mask = mask};
+        int64_t rows[37];
+        for (int i = 0; i < 37; ++i) rows[i] = (i * 13) % NSTEP;
+        pu_stats st;
+        float g_log_std = 0.0f;
+        for (int agg = PU_AGG_TOKEN; agg <= PU_AGG_DR_GRPO; ++agg) {
+          if (pu_gradient(&un, -0.5f, &ub, rows, 37, agg, 0.2f, 0.28f, agg == 0 ? 1.0 : 0.0,
+                          &g_log_std, &st, uwork) != PU_OK ||
+              !isfinite(g_log_std) || !isfinite(st.loss) || !isfinite(st.grad_norm))
+            return fail("update gradient", system, preset);
+          for (size_t i = 0; i < at; ++i)
+            if (!isfinite(grads[i])) return fail("update gradient's values", system, preset);
+        }
+        if (pu_mean(&un, &ub, rows, 37, mu, uwork) != PU_OK)
+          return fail("update mean", system, preset);
+        for (int i = 0; i < 37 * NENV; ++i)
+          if (!isfinite(mu[i])) return fail("update mean's values", system, preset);
+        rows[5] = NSTEP;
+        pu_net unbad = un;
+        unbad.nhidden = 0;
+        if (pu_gradient(&un, -0.5f, &ub, rows, 37, 0, 0.2f, 0.28f, 1.0, &g_log_std, &st,
+                        uwork) != PU_ERR_ARGS ||
+            pu_mean(&un, &ub, rows, 37, mu, uwork) != PU_ERR_ARGS ||
+            pu_mean(&unbad, &ub, rows, 1, mu, uwork) != PU_ERR_ARGS ||
+            pu_work_size(&unbad) != 0)
+          return fail("update checks", system, preset);
       }
       /* a NaN action: refused, state untouched */
       memcpy(c.x, a.x, sizeof a.x);

@@ -53,17 +53,14 @@ class CGradient:
         net = ffi.new("pu_net *")
         net.nobs, net.nfeat = arch["nobs"], arch["features"]
         net.nhidden, net.width = arch["layers"], arch["hidden"]
-        linear = [m for m in policy.net if isinstance(m, nn.Linear)]
+        self.linear = [m for m in policy.net if isinstance(m, nn.Linear)]
         for m in policy.net:
             if isinstance(m, FourierFeatures):
                 net.feat_B, net.feat_b = _floats(m.B), _floats(m.b)
-        for param in [p for m in linear for p in (m.weight, m.bias)] + [policy.log_std]:
-            if param.grad is None:
-                param.grad = torch.zeros_like(param)
-        for i, m in enumerate(linear):
+        for i, m in enumerate(self.linear):
             net.W[i], net.b[i] = _floats(m.weight), _floats(m.bias)
-            net.gW[i], net.gb[i] = _floats(m.weight.grad), _floats(m.bias.grad)
-        self.net = net
+        self.net, self.grads = net, []
+        self._bind_gradients()
         B, L = batch.z.shape
         self.L = L
         # the batch's tensors stay referenced (self.arrays) while C points at them
@@ -77,11 +74,25 @@ class CGradient:
         self.stats = ffi.new("pu_stats *")
         self.grad_log_std = ffi.new("float *")
 
+    def _bind_gradients(self) -> None:
+        """Point C at the parameters' .grad tensors (made where missing), and keep them:
+        whoever replaces one (data-parallel training moves them into one flat buffer,
+        distributed.py) must not leave C writing into freed memory."""
+        params = [p for m in self.linear for p in (m.weight, m.bias)] + [self.policy.log_std]
+        for param in params:
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+        for i, m in enumerate(self.linear):
+            self.net.gW[i], self.net.gb[i] = _floats(m.weight.grad), _floats(m.bias.grad)
+        self.grads = [(p, p.grad) for p in params]
+
     def gradient(self, rows: torch.Tensor, loss_agg: str, eps_low: float, eps_high: float,
                  max_grad_norm: float) -> dict:
         """Writes the loss's gradient over branches ``rows`` (int64) into every
         parameter's .grad, clipped to ``max_grad_norm`` (0: not clipped). Returns the
         loss, the gradient's norm before clipping, and the clip's fractions."""
+        if any(p.grad is not g for p, g in self.grads):
+            self._bind_gradients()
         rows = rows.contiguous()
         rc = lib.pu_gradient(self.net, float(self.policy.log_std.detach()[0]), self.batch,
                              ffi.cast("int64_t *", rows.data_ptr()), rows.numel(),

@@ -1,7 +1,8 @@
 """The C simulator under AddressSanitizer and UndefinedBehaviorSanitizer:
 csrc/stress.c drives every preset through the public API (delay, noise,
 quantisation, saturation, autoreset, rollouts, branch copies, refused
-input, and the policy rollout of policy_rollout.c) and checks copies stay
+input, the policy rollout of policy_rollout.c and the update gradient of
+policy_update.c) and checks copies stay
 bit-identical. It is also built with
 -Werror -pedantic, as C99."""
 import shutil
@@ -19,7 +20,8 @@ def test_simulator_is_clean_under_asan_and_ubsan(tmp_path):
                     "-ffp-contract=off", "-fsanitize=address,undefined",
                     "-fno-sanitize-recover=all", f"-I{CSRC}", str(CSRC / "stress.c"),
                     str(CSRC / "pendsim.c"), str(CSRC / "plants.c"),
-                    str(CSRC / "policy_rollout.c"), "-lm", "-o", str(exe)],
+                    str(CSRC / "policy_rollout.c"), str(CSRC / "policy_update.c"), "-lm",
+                    "-o", str(exe)],
                    check=True)
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr

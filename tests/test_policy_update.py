@@ -1,0 +1,188 @@
+"""The update's gradient in C (csrc/policy_update.c, ``CGradient``) against torch
+autograd through grpo.py's own loss (``surrogate``, ``aggregate_loss``) on the
+same policy and batch, against torch's ``clip_grad_norm_`` and ``clip_fractions``,
+and a whole ``grpo_update`` with and without it."""
+import copy
+import math
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from grpo_ctrl.c_gradient import CGradient
+from grpo_ctrl.grpo import (Trainer, adam, aggregate_loss, clip_fractions, gaussian_log_prob,
+                            grpo_update)
+from grpo_ctrl.grpo_config import default_config
+from grpo_ctrl.policy import GaussianPolicy
+from grpo_ctrl.trust_region import surrogate
+
+
+def _policy(nobs, hidden, layers, features, seed):
+    torch.manual_seed(seed)
+    p = GaussianPolicy(nobs, 2.0, hidden, layers, features=features, feature_scale=3.0,
+                       log_std_init=-0.3)
+    with torch.no_grad():  # outputs of order 1, as after some training
+        p.net[-1].weight.mul_(100.0)
+    return p
+
+
+def _batch(policy, B, L, seed, masked=0.2):
+    """A batch as collect makes one: z drawn around a nearby old policy's mean, so the
+    ratios spread on both sides of the clip; a fifth of the steps masked out."""
+    g = torch.Generator().manual_seed(seed)
+    nobs = policy.arch["nobs"]
+    obs = torch.randn(B, L, nobs, generator=g) * 1.5
+    with torch.no_grad():
+        mu = policy.mu(obs)
+    mu_old = mu + 0.3 * torch.randn(B, L, generator=g)
+    log_std_old = torch.tensor([-0.4])
+    z = mu_old + torch.exp(log_std_old) * torch.randn(B, L, generator=g)
+    mask = (torch.rand(B, L, generator=g) >= masked).float()
+    return SimpleNamespace(obs=obs, z=z, logp_old=gaussian_log_prob(z, mu_old, log_std_old),
+                           mu_old=mu_old, adv=torch.randn(B, L, generator=g), mask=mask,
+                           log_std_old=log_std_old, probe_mask=None)
+
+
+def _torch_gradient(policy, batch, rows, agg, eps_low, eps_high):
+    policy.zero_grad()
+    mu, log_std = policy.dist(batch.obs[rows])
+    logp = gaussian_log_prob(batch.z[rows], mu, log_std)
+    ratio = torch.exp(logp - batch.logp_old[rows])
+    per_step = -surrogate("fixed", ratio, logp, batch.adv[rows], eps_low, eps_high)
+    loss = aggregate_loss(per_step, batch.mask[rows], agg, batch.z.shape[1])
+    loss.backward()
+    low, high = clip_fractions(ratio.detach(), batch.adv[rows], batch.mask[rows], eps_low,
+                               eps_high)
+    return float(loss.detach()), [p.grad.clone() for p in policy.parameters()], low, high, mu.detach()
+
+
+CFG = default_config("pendulum", "gym")
+
+
+@pytest.mark.parametrize("nobs,hidden,layers,features,B,L,nrows", [
+    (3, 32, 2, 64, 256, 32, 128),   # the gym default's minibatch
+    (3, 17, 3, 0, 40, 13, 37),      # no features; widths and rows not whole blocks or chunks
+    (5, 9, 1, 7, 12, 50, 1),        # one branch: a part of a chunk
+    (6, 64, 2, 16, 30, 64, 30)])
+@pytest.mark.parametrize("agg", ["token", "grpo", "dr_grpo"])
+def test_gradient_matches_torch_autograd(nobs, hidden, layers, features, B, L, nrows, agg):
+    policy = _policy(nobs, hidden, layers, features, seed=B + nrows)
+    batch = _batch(policy, B, L, seed=nrows)
+    rows = torch.randperm(B, generator=torch.Generator().manual_seed(1))[:nrows]
+    loss, want, low, high, mu = _torch_gradient(policy, batch, rows, agg, 0.2, 0.28)
+    assert low > 0.01 and high > 0.01  # both sides of the clip are exercised
+    c = CGradient.of(policy, CFG, batch)
+    got = c.gradient(rows, agg, 0.2, 0.28, 0.0)
+    for w, p in zip(want, policy.parameters()):
+        assert w.abs().max() > 0
+        np.testing.assert_allclose(p.grad, w, rtol=1e-4, atol=1e-5 * float(w.abs().max()))
+    assert got["loss"] == pytest.approx(loss, rel=1e-5, abs=1e-6)
+    assert got["clip_low"] == pytest.approx(low) and got["clip_high"] == pytest.approx(high)
+    norm = math.sqrt(sum(float((w ** 2).sum()) for w in want))
+    assert got["grad_norm"] == pytest.approx(norm, rel=1e-5)
+    np.testing.assert_allclose(c.mean(rows), mu, rtol=1e-5, atol=1e-5 * float(mu.abs().max()))
+
+
+def test_clipping_matches_clip_grad_norm():
+    policy = _policy(3, 32, 2, 64, seed=0)
+    batch = _batch(policy, 64, 32, seed=0)
+    rows = torch.arange(0, 64, 2)
+    _, want, *_ = _torch_gradient(policy, batch, rows, "token", 0.2, 0.28)
+    for p, w in zip(policy.parameters(), want):
+        p.grad = w.clone()
+    norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.01))
+    assert norm > 0.05  # five times the bound: the clip acts
+    clipped = [p.grad.clone() for p in policy.parameters()]
+    got = CGradient.of(policy, CFG, batch).gradient(rows, "token", 0.2, 0.28, 0.01)
+    assert got["grad_norm"] == pytest.approx(norm, rel=1e-5)
+    for w, p in zip(clipped, policy.parameters()):
+        np.testing.assert_allclose(p.grad, w, rtol=1e-4, atol=1e-5 * float(w.abs().max()))
+
+
+def test_no_step_in_the_loss_gives_a_zero_gradient():
+    policy = _policy(3, 8, 2, 4, seed=0)
+    batch = _batch(policy, 8, 16, seed=0, masked=1.0)
+    got = CGradient.of(policy, CFG, batch).gradient(torch.arange(8), "token", 0.2, 0.28, 1.0)
+    assert got["loss"] == 0.0 and got["grad_norm"] == 0.0
+    assert all(float(p.grad.abs().max()) == 0.0 for p in policy.parameters())
+
+
+def test_a_whole_update_matches_the_torch_update():
+    """One grpo_update (two minibatches, Adam, the gradient clip, the KL diagnostic)
+    from the same trainer state, with the gradient from C and from autograd."""
+    cfg = replace(default_config("pendulum", "gym"), overlap=False, time_budget=0.0,
+                  eval_every=1e9, epochs=2)
+    trainer = Trainer(cfg, "pendulum", "gym")
+    for _ in range(20):
+        trainer.step()
+    batch = trainer.rollout.collect(trainer.policy, trainer.gen)
+    results = []
+    for c_update in (True, False):
+        policy = copy.deepcopy(trainer.policy)
+        opt = adam(policy.parameters(), cfg.lr)
+        opt.load_state_dict(copy.deepcopy(trainer.opt.state_dict()))  # its own moments
+        stats = grpo_update(policy, None, opt, batch, replace(cfg, c_update=c_update), 0.2,
+                            0.28, torch.Generator().manual_seed(3))
+        results.append((stats, [p.detach().clone() for p in policy.parameters()]))
+    (c_stats, c_params), (t_stats, t_params) = results
+    moved = sum(float((p - q.detach()).abs().max())
+                for p, q in zip(c_params, trainer.policy.parameters()))
+    assert moved > 1e-4
+    for p, q in zip(c_params, t_params):
+        np.testing.assert_allclose(p, q, atol=2e-6)
+    for key in ("grad_norm", "clip_low", "clip_high"):
+        assert c_stats[key] == pytest.approx(t_stats[key], rel=1e-4, abs=1e-7), key
+    assert c_stats["kl_old"] == pytest.approx(t_stats["kl_old"], rel=1e-3, abs=1e-9)
+
+
+@pytest.mark.parametrize("change", [
+    {"c_update": False}, {"trust_region": "sapo"}, {"trust_region": "kl_mask"},
+    {"w_smooth": 0.1}, {"beta": 0.1}])
+def test_losses_c_does_not_compute_fall_back_to_torch(change):
+    policy = _policy(3, 8, 2, 4, seed=0)
+    batch = _batch(policy, 8, 4, seed=0)
+    ref = copy.deepcopy(policy) if "beta" in change else None
+    assert CGradient.of(policy, replace(CFG, **change), batch, ref) is None
+
+
+@pytest.mark.parametrize("arch", [{"activation": "elu"}, {"state_std": True}, {"sde": True}])
+def test_policies_c_does_not_run_fall_back_to_torch(arch):
+    policy = GaussianPolicy(3, 2.0, 8, 2, **arch)
+    batch = _batch(_policy(3, 8, 2, 0, seed=0), 8, 4, seed=0)
+    assert CGradient.of(policy, CFG, batch) is None
+
+
+def test_rows_out_of_range_are_refused():
+    policy = _policy(3, 8, 2, 4, seed=0)
+    batch = _batch(policy, 8, 4, seed=0)
+    c = CGradient.of(policy, CFG, batch)
+    with pytest.raises(ValueError, match="pu_gradient"):
+        c.gradient(torch.tensor([0, 8]), "token", 0.2, 0.28, 1.0)
+    with pytest.raises(ValueError, match="pu_mean"):
+        c.mean(torch.tensor([-1]))
+
+
+def test_gradients_moved_elsewhere_are_followed():
+    """Data-parallel training moves every .grad into one flat buffer after the first
+    minibatch (distributed.py): the next C call writes there, not into the freed tensors."""
+    policy = _policy(3, 8, 2, 4, seed=0)
+    batch = _batch(policy, 16, 8, seed=0)
+    c = CGradient.of(policy, CFG, batch)
+    c.gradient(torch.arange(8), "token", 0.2, 0.28, 0.0)
+    params = list(policy.parameters())
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    at = 0
+    for p in params:
+        p.grad = flat[at:at + p.numel()].view_as(p)
+        at += p.numel()
+    flat.zero_()
+    rows = torch.arange(8, 16)
+    c.gradient(rows, "token", 0.2, 0.28, 0.0)
+    _, want, *_ = _torch_gradient(copy.deepcopy(policy), batch, rows, "token", 0.2, 0.28)
+    at = 0
+    for p, w in zip(params, want):
+        np.testing.assert_allclose(flat[at:at + p.numel()].view_as(p), w, rtol=1e-4,
+                                   atol=1e-5 * float(w.abs().max()))
+        at += p.numel()
