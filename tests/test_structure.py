@@ -31,6 +31,7 @@ LAYERS = [
     ("controller contract and evaluation", ["grpo_ctrl.controller", "grpo_ctrl.closed_loop",
                                             "grpo_ctrl.robustness", "grpo_ctrl.heldout"]),
     ("training", ["grpo_ctrl.grpo_config", "grpo_ctrl.distributed", "grpo_ctrl.grpo",
+                  "grpo_ctrl.c_gradient",
                   "grpo_ctrl.overlap", "grpo_ctrl.trust_region", "grpo_ctrl.train",
                   "grpo_ctrl.heap", "grpo_ctrl.deploy"]),
     ("export", ["grpo_ctrl.export"]),

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -88,6 +89,49 @@ def test_overlapped_collection_learns_and_is_reproducible():
     synchronous = _trained(3, 3, overlap=False)
     overlapped = _trained(3, 3, overlap=True)
     assert not torch.equal(synchronous.policy.net[0].weight, overlapped.policy.net[0].weight)
+
+
+@dataclass
+class Shaped:  # a batch-like dataclass for the shared slots (pickled: at module level)
+    a: torch.Tensor
+    b: np.ndarray
+    c: "torch.Tensor | None"
+    d: float
+
+
+def test_shared_slots_carry_a_batch_and_fall_back_to_the_pipe():
+    """The collector's shared slots (overlap.SharedSlots): a batch shaped like the example
+    crosses with only markers in the message; the trainer's copy stays its own when the
+    collector writes the next batch; an array of another shape, and None, go in the message."""
+    import multiprocessing
+    import pickle
+
+    from grpo_ctrl.overlap import SharedSlots
+
+    example = Shaped(torch.zeros(4, 3), np.zeros(5), torch.zeros(2), 0.0)
+    slots = SharedSlots(example)
+    first = Shaped(torch.arange(12.0).reshape(4, 3), np.arange(5.0), None, 1.5)
+
+    def send(conn):  # the collector's side, in a forked process as in the trainer
+        conn.send(slots.pack(first))
+        conn.close()
+
+    ours, theirs = multiprocessing.get_context("fork").Pipe()
+    child = multiprocessing.get_context("fork").Process(target=send, args=(theirs,))
+    child.start()
+    theirs.close()  # EOF here, not a hang, should the child fail
+    message = ours.recv()
+    child.join()
+    assert len(pickle.dumps(message)) < 1000  # the arrays stayed in shared memory
+    got = slots.unpack(message)
+    assert torch.equal(got.a, first.a) and np.array_equal(got.b, first.b)
+    assert got.c is None and got.d == 1.5
+    slots.pack(Shaped(-torch.ones(4, 3), -np.ones(5), torch.ones(3), 2.0))  # the next batch
+    assert torch.equal(got.a, first.a) and np.array_equal(got.b, first.b)
+    odd = slots.unpack(slots.pack(Shaped(torch.ones(2, 3), np.ones(5, np.float32),
+                                          torch.ones(3), 0.0)))
+    assert torch.equal(odd.a, torch.ones(2, 3)) and odd.b.dtype == np.float32
+    assert torch.equal(odd.c, torch.ones(3))
 
 
 def test_overlap_refuses_extra_update_threads():
