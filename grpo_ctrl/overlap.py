@@ -34,7 +34,8 @@ def _die_with_parent() -> None:
         pass
 
 
-_IN_SLOT = "in its shared slot"
+class _InSlot:
+    """The message's placeholder for an array that crossed in its shared slot."""
 
 
 class SharedSlots:
@@ -64,7 +65,7 @@ class SharedSlots:
                     and tuple(value.shape) == tuple(slot.shape)
                     and torch.as_tensor(value).dtype == slot.dtype):
                 slot.copy_(torch.as_tensor(value))
-                values[f.name] = _IN_SLOT
+                values[f.name] = _InSlot()
             else:
                 values[f.name] = value.numpy() if isinstance(value, torch.Tensor) else value
         return type(batch), tensors, values
@@ -73,7 +74,7 @@ class SharedSlots:
         cls, tensors, values = message
         out = {}
         for k, v in values.items():
-            if isinstance(v, str) and v == _IN_SLOT:
+            if isinstance(v, _InSlot):
                 out[k] = self.slots[k].clone() if k in tensors else self.slots[k].numpy().copy()
             else:
                 out[k] = torch.from_numpy(v) if k in tensors else v
