@@ -15,16 +15,28 @@
 /* Environments per tile: one AVX-512 register, two AVX ones, four SSE ones. */
 #define TILE 16
 
-/* Runtime dispatch: the dense layers compiled for AVX-512 and for AVX2 as well
- * as for the baseline, the best one picked when the library loads (GCC's
- * function multiversioning; glibc's ifunc): 25 against 60 us a decision at
- * 256 branches on AVX-512 (docs/grpo.md §9, twelfth pass). Elsewhere: the
- * baseline only. */
+/* Runtime dispatch (GCC >= 11 on x86-64 Linux): the kernels' plain loops are
+ * compiled for AVX2 as well as for the baseline (target_clones, picked when the
+ * library loads), and their register-blocked versions for AVX-512 (target
+ * "x86-64-v4", picked per call by pr_v4()). The blocked versions hold 16
+ * accumulators of 16 floats in GCC vector types: right for AVX-512's 32
+ * registers of 16 floats, 40-50 x slower where a vector of 16 floats is not a
+ * register (x86-64-v3: 812 against 14.5 us for the network of 256 branches), so
+ * those targets keep the plain loops (docs/grpo.md §9, thirteenth pass).
+ * Elsewhere: the plain loops only. */
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && defined(__x86_64__) && \
     defined(__linux__) && !defined(PR_NO_CLONES)
-#define PR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define PR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define PR_V4 __attribute__((target("arch=x86-64-v4")))
+#define PR_HAVE_V4 1
+static inline int pr_v4(void)
+{
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+}
 #else
 #define PR_CLONES
+#define PR_HAVE_V4 0
 #endif
 
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SIN = 2 };
@@ -59,12 +71,61 @@ static inline float activate(float v, int act)
   return v;
 }
 
-/* Unaligned, aliasing vectors of one tile: GCC and clang keep locals of this
- * type in registers, where arrays of float accumulators spill to the stack. */
+/* out[j][b] = act(bias[j] + sum_i W[j][i] in[i][b]) for b < S (S a multiple of
+ * TILE; rows S apart). Four outputs at a time share each input load. */
+PR_CLONES
+static void dense_plain(int S, int nin, int nout, const float *W, const float *bias,
+                        const float *in, float *out, int act)
+{
+  for (int b0 = 0; b0 < S; b0 += TILE) {
+    int j = 0;
+    for (; j + 4 <= nout; j += 4) {
+      const float *w0 = W + (size_t)j * nin, *w1 = w0 + nin, *w2 = w1 + nin, *w3 = w2 + nin;
+      float a0[TILE], a1[TILE], a2[TILE], a3[TILE];
+      for (int k = 0; k < TILE; ++k) {
+        a0[k] = bias[j];
+        a1[k] = bias[j + 1];
+        a2[k] = bias[j + 2];
+        a3[k] = bias[j + 3];
+      }
+      for (int i = 0; i < nin; ++i) {
+        const float *x = in + (size_t)i * S + b0;
+        for (int k = 0; k < TILE; ++k) {
+          a0[k] += w0[i] * x[k];
+          a1[k] += w1[i] * x[k];
+          a2[k] += w2[i] * x[k];
+          a3[k] += w3[i] * x[k];
+        }
+      }
+      float *o = out + (size_t)j * S + b0;
+      for (int k = 0; k < TILE; ++k) {
+        o[k] = activate(a0[k], act);
+        o[k + S] = activate(a1[k], act);
+        o[k + 2 * (size_t)S] = activate(a2[k], act);
+        o[k + 3 * (size_t)S] = activate(a3[k], act);
+      }
+    }
+    for (; j < nout; ++j) {
+      const float *w = W + (size_t)j * nin;
+      float a[TILE];
+      for (int k = 0; k < TILE; ++k) a[k] = bias[j];
+      for (int i = 0; i < nin; ++i) {
+        const float *x = in + (size_t)i * S + b0;
+        for (int k = 0; k < TILE; ++k) a[k] += w[i] * x[k];
+      }
+      float *o = out + (size_t)j * S + b0;
+      for (int k = 0; k < TILE; ++k) o[k] = activate(a[k], act);
+    }
+  }
+}
+
+#if PR_HAVE_V4
+/* Unaligned, aliasing vectors of one tile: GCC keeps locals of this type in
+ * registers, where arrays of float accumulators spill to the stack. */
 typedef float tile_vec __attribute__((vector_size(4 * TILE), aligned(4), may_alias));
 #define VEC(p) (*(tile_vec *)(p))
 
-/* dense()'s block: outputs j..j+JB of tiles b0..b0+NT, each input row loaded
+/* dense_v4's block: outputs j..j+JB of tiles b0..b0+NT, each input row loaded
  * once for JB outputs and each weight once for NT tiles. JB and NT are
  * constants at every call, so the loops unroll into JB * NT accumulators. */
 static inline __attribute__((always_inline)) void dense_block(int JB, int NT, int S, int b0,
@@ -94,11 +155,11 @@ static inline __attribute__((always_inline)) void dense_block(int JB, int NT, in
     }
 }
 
-/* out[j][b] = act(bias[j] + sum_i W[j][i] in[i][b]) for b < S (S a multiple of
- * TILE; rows S apart): blocks of 8 outputs by 2 tiles, 16 accumulators. */
-PR_CLONES
-static void dense(int S, int nin, int nout, const float *W, const float *bias, const float *in,
-                  float *out, int act)
+/* dense_plain's result in blocks of 8 outputs by 2 tiles, 16 accumulators: the
+ * network of 256 branches in 14.5 us against 25 (AVX-512). */
+PR_V4
+static void dense_v4(int S, int nin, int nout, const float *W, const float *bias,
+                     const float *in, float *out, int act)
 {
   int b0 = 0;
   for (; b0 + 2 * TILE <= S; b0 += 2 * TILE) {
@@ -113,6 +174,19 @@ static void dense(int S, int nin, int nout, const float *W, const float *bias, c
     for (; j + 4 <= nout; j += 4) dense_block(4, 1, S, b0, j, nin, W, bias, in, out, act);
     for (; j < nout; ++j) dense_block(1, 1, S, b0, j, nin, W, bias, in, out, act);
   }
+}
+#endif
+
+static void dense(int S, int nin, int nout, const float *W, const float *bias, const float *in,
+                  float *out, int act)
+{
+#if PR_HAVE_V4
+  if (pr_v4()) {
+    dense_v4(S, nin, nout, W, bias, in, out, act);
+    return;
+  }
+#endif
+  dense_plain(S, nin, nout, W, bias, in, out, act);
 }
 
 /* Rows of the activations: B rounded up to tiles, and off a multiple of 256

@@ -147,10 +147,65 @@ static void forward(const pu_net *net, parts *p)
 
 /* gacc[(j * nin + i) * TILE + k] += sum over the chunk's tiles of dy[j][t + k] x[i][t + k],
  * gbacc[j * TILE + k] += that of dy[j][t + k]: lane by lane, so no horizontal sums
- * until the end. Blocks of 4 outputs by 4 inputs share each load. */
+ * until the end. Four outputs at a time share each input load. */
 PR_CLONES
-static void grad_acc(int nin, int nout, const float *dy, const float *x, float *gacc,
-                     float *gbacc)
+static void grad_acc_plain(int nin, int nout, const float *dy, const float *x, float *gacc,
+                           float *gbacc)
+{
+  const int S = CHUNK;
+  for (int j = 0; j < nout; ++j) {
+    float *gb = gbacc + (size_t)j * TILE;
+    const float *d = dy + (size_t)j * S;
+    for (int t = 0; t < S; t += TILE)
+      for (int k = 0; k < TILE; ++k) gb[k] += d[t + k];
+  }
+  int j = 0;
+  for (; j + 4 <= nout; j += 4) {
+    const float *d0 = dy + (size_t)j * S, *d1 = d0 + S, *d2 = d1 + S, *d3 = d2 + S;
+    for (int i = 0; i < nin; ++i) {
+      const float *xi = x + (size_t)i * S;
+      float *g0 = gacc + ((size_t)j * nin + i) * TILE, *g1 = g0 + (size_t)nin * TILE,
+            *g2 = g1 + (size_t)nin * TILE, *g3 = g2 + (size_t)nin * TILE;
+      float a0[TILE], a1[TILE], a2[TILE], a3[TILE];
+      for (int k = 0; k < TILE; ++k) {
+        a0[k] = g0[k];
+        a1[k] = g1[k];
+        a2[k] = g2[k];
+        a3[k] = g3[k];
+      }
+      for (int t = 0; t < S; t += TILE)
+        for (int k = 0; k < TILE; ++k) {
+          const float v = xi[t + k];
+          a0[k] += d0[t + k] * v;
+          a1[k] += d1[t + k] * v;
+          a2[k] += d2[t + k] * v;
+          a3[k] += d3[t + k] * v;
+        }
+      for (int k = 0; k < TILE; ++k) {
+        g0[k] = a0[k];
+        g1[k] = a1[k];
+        g2[k] = a2[k];
+        g3[k] = a3[k];
+      }
+    }
+  }
+  for (; j < nout; ++j) {
+    const float *d = dy + (size_t)j * S;
+    for (int i = 0; i < nin; ++i) {
+      const float *xi = x + (size_t)i * S;
+      float *g = gacc + ((size_t)j * nin + i) * TILE;
+      for (int t = 0; t < S; t += TILE)
+        for (int k = 0; k < TILE; ++k) g[k] += d[t + k] * xi[t + k];
+    }
+  }
+}
+
+#if PR_HAVE_V4
+/* grad_acc_plain's sums in blocks of 4 outputs by 4 inputs, 16 accumulators in
+ * registers (AVX-512; policy_dense.h). */
+PR_V4
+static void grad_acc_v4(int nin, int nout, const float *dy, const float *x, float *gacc,
+                        float *gbacc)
 {
   const int S = CHUNK;
   for (int j = 0; j < nout; ++j) {
@@ -197,6 +252,19 @@ static void grad_acc(int nin, int nout, const float *dy, const float *x, float *
       VEC(g) = acc;
     }
   }
+}
+#endif
+
+static void grad_acc(int nin, int nout, const float *dy, const float *x, float *gacc,
+                     float *gbacc)
+{
+#if PR_HAVE_V4
+  if (pr_v4()) {
+    grad_acc_v4(nin, nout, dy, x, gacc, gbacc);
+    return;
+  }
+#endif
+  grad_acc_plain(nin, nout, dy, x, gacc, gbacc);
 }
 
 /* dy[j][s] = scale[j] dmu[s] where out[j][s] > 0, else 0: the gradient at a ReLU

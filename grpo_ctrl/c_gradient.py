@@ -38,7 +38,7 @@ class CGradient:
         """The C gradient for this update, or None where it does not apply."""
         arch = policy.arch
         layers = [m for m in policy.net if isinstance(m, nn.Linear)]
-        if (not getattr(cfg, "c_update", False) or arch["activation"] != "relu" or arch["sde"]
+        if (not cfg.c_update or arch["activation"] != "relu" or arch["sde"]
                 or policy.std_head is not None or batch.log_std_old.dim() != 1
                 or cfg.trust_region not in ("fixed", "adaptive")
                 or (cfg.beta > 0 and ref is not None) or batch.probe_mask is not None
