@@ -370,16 +370,21 @@ int pu_gradient(const pu_net *net, float log_std, const pu_batch *bt, const int6
   const double dr_grpo = 1.0 / ((double)nrows * L);
   sums acc = {0.0, 0.0, 0.0, 0.0};
   const long total = (long)nrows * L;
+  long scaled_row = -1; /* grpo: the branch whose scale row_scale is */
+  double row_scale = 0.0;
   for (long first = 0; first < total; first += CHUNK) {
     const int count = total - first < CHUNK ? (int)(total - first) : CHUNK;
     fill(net, bt, rows, first, count, &p);
     for (int s = 0; s < CHUNK; ++s) {
-      double scale = token;
+      double scale = agg == PU_AGG_DR_GRPO ? dr_grpo : token;
       if (s < count && agg == PU_AGG_GRPO) {
-        const double m = row_mask_sum(bt, rows[(first + s) / L]);
-        scale = 1.0 / ((m > 1.0 ? m : 1.0) * nrows);
-      } else if (agg == PU_AGG_DR_GRPO) {
-        scale = dr_grpo;
+        const long i = (first + s) / L;
+        if (i != scaled_row) { /* a new branch: its steps' mean weighs 1 / nrows */
+          const double m = row_mask_sum(bt, rows[i]);
+          row_scale = 1.0 / ((m > 1.0 ? m : 1.0) * nrows);
+          scaled_row = i;
+        }
+        scale = row_scale;
       }
       p.lane_weight[s] = (float)(p.lane_mask[s] * scale);
     }

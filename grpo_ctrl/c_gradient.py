@@ -33,17 +33,15 @@ class CGradient:
     update (``of``): it points at the parameters' and gradients' memory as they are."""
 
     @staticmethod
-    def of(policy: GaussianPolicy, cfg, batch, ref=None, average_gradients=None
-           ) -> "CGradient | None":
+    def of(policy: GaussianPolicy, cfg, batch, ref=None) -> "CGradient | None":
         """The C gradient for this update, or None where it does not apply."""
         arch = policy.arch
-        layers = [m for m in policy.net if isinstance(m, nn.Linear)]
         if (not cfg.c_update or arch["activation"] != "relu" or arch["sde"]
                 or policy.std_head is not None or batch.log_std_old.dim() != 1
                 or cfg.trust_region not in ("fixed", "adaptive")
                 or (cfg.beta > 0 and ref is not None) or batch.probe_mask is not None
                 or cfg.w_smooth > 0 or cfg.loss_agg not in AGGREGATIONS
-                or len(layers) - 1 > lib.PU_MAX_HIDDEN):
+                or arch["layers"] > lib.PU_MAX_HIDDEN):
             return None
         return CGradient(policy, batch)
 

@@ -716,58 +716,49 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
     for _ in range(cfg.epochs):
         perm = torch.randperm(B, generator=gen)
         for idx in perm.chunk(cfg.minibatches):
-            if c is not None:
-                # clipped in C, unless the ranks average the gradients first
+            if c is not None:  # clipped in C, unless the ranks average the gradients first
                 got = c.gradient(idx, cfg.loss_agg, eps_low, eps_high,
                                  cfg.max_grad_norm if average_gradients is None else 0.0)
-                grad_norm = got["grad_norm"]
+                grad_norm, lo, hi = got["grad_norm"], got["clip_low"], got["clip_high"]
+            else:
+                mu, log_std = policy.dist(batch.obs[idx])
+                log_std_old = batch.log_std_old[idx] if per_state else batch.log_std_old
+                logp = gaussian_log_prob(batch.z[idx], mu, log_std)
+                ratio = torch.exp(logp - batch.logp_old[idx])
+                adv, mask = batch.adv[idx], batch.mask[idx]
+                kl = (gaussian_kl(batch.mu_old[idx], log_std_old, mu, log_std)
+                      if cfg.trust_region == "kl_mask" else None)
+                per_step = -surrogate(cfg.trust_region, ratio, logp, adv, eps_low, eps_high,
+                                      z=batch.z[idx], mu_old=batch.mu_old[idx],
+                                      log_std_old=log_std_old, kl=kl, mask=mask,
+                                      kl_bound=cfg.kl_target)
+                if cfg.beta > 0 and ref is not None:
+                    with torch.no_grad():
+                        mu_ref, log_std_ref = ref.dist(ref.normalise(batch.raw_loss_obs[idx]))
+                        logp_ref = gaussian_log_prob(batch.z[idx], mu_ref, log_std_ref)
+                    per_step = per_step + cfg.beta * k3_kl(logp, logp_ref)
+                loss = aggregate_loss(per_step, mask, cfg.loss_agg, L)
+                if batch.probe_mask is not None:  # toward the flips that beat the mean action
+                    loss = loss + cfg.probe_weight * (
+                        batch.probe_mask[idx] * (mu - batch.z[idx]) ** 2
+                    ).sum() / mask.sum().clamp(min=1.0)
+                if cfg.w_smooth > 0:
+                    loss = loss + cfg.w_smooth * mean_command_smoothness(
+                        policy, batch.obs[idx], mu, mask, cfg.smooth_sigma, gen,
+                        temporal=cfg.smooth_terms == "both")
+                opt.zero_grad(set_to_none=average_gradients is None)
+                loss.backward()
+                grad_norm = None
+                lo, hi = clip_fractions(ratio.detach(), adv, mask, eps_low, eps_high)
+            if grad_norm is None or average_gradients is not None:
                 if average_gradients is not None:
                     average_gradients(policy.parameters())
-                    grad_norm = float(torch.nn.utils.clip_grad_norm_(
-                        policy.parameters(),
-                        cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf))
-                grad_norms.append(grad_norm)
-                opt.step()
-                with torch.no_grad():
-                    policy.log_std.clamp_(min=cfg.log_std_min)
-                clip_lo.append(got["clip_low"])
-                clip_hi.append(got["clip_high"])
-                continue
-            mu, log_std = policy.dist(batch.obs[idx])
-            log_std_old = batch.log_std_old[idx] if per_state else batch.log_std_old
-            logp = gaussian_log_prob(batch.z[idx], mu, log_std)
-            ratio = torch.exp(logp - batch.logp_old[idx])
-            adv, mask = batch.adv[idx], batch.mask[idx]
-            kl = (gaussian_kl(batch.mu_old[idx], log_std_old, mu, log_std)
-                  if cfg.trust_region == "kl_mask" else None)
-            per_step = -surrogate(cfg.trust_region, ratio, logp, adv, eps_low, eps_high,
-                                  z=batch.z[idx], mu_old=batch.mu_old[idx],
-                                  log_std_old=log_std_old, kl=kl, mask=mask,
-                                  kl_bound=cfg.kl_target)
-            if cfg.beta > 0 and ref is not None:
-                with torch.no_grad():
-                    mu_ref, log_std_ref = ref.dist(ref.normalise(batch.raw_loss_obs[idx]))
-                    logp_ref = gaussian_log_prob(batch.z[idx], mu_ref, log_std_ref)
-                per_step = per_step + cfg.beta * k3_kl(logp, logp_ref)
-            loss = aggregate_loss(per_step, mask, cfg.loss_agg, L)
-            if batch.probe_mask is not None:  # toward the flips that beat the mean action
-                loss = loss + cfg.probe_weight * (
-                    batch.probe_mask[idx] * (mu - batch.z[idx]) ** 2
-                ).sum() / mask.sum().clamp(min=1.0)
-            if cfg.w_smooth > 0:
-                loss = loss + cfg.w_smooth * mean_command_smoothness(
-                    policy, batch.obs[idx], mu, mask, cfg.smooth_sigma, gen,
-                    temporal=cfg.smooth_terms == "both")
-            opt.zero_grad(set_to_none=average_gradients is None)
-            loss.backward()
-            if average_gradients is not None:
-                average_gradients(policy.parameters())
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(
-                policy.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)))
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(
+                    policy.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf))
+            grad_norms.append(grad_norm)
             opt.step()
             with torch.no_grad():
                 policy.log_std.clamp_(min=cfg.log_std_min)
-            lo, hi = clip_fractions(ratio.detach(), adv, mask, eps_low, eps_high)
             clip_lo.append(lo)
             clip_hi.append(hi)
     # How far the update moved, exactly: KL(pi_old || pi), KL(pi || pi_ref). The adaptive clip

@@ -61,10 +61,11 @@ class SharedSlots:
             if isinstance(value, torch.Tensor):
                 tensors.append(f.name)
             slot = self.slots.get(f.name)
-            if (slot is not None and isinstance(value, (torch.Tensor, np.ndarray))
-                    and tuple(value.shape) == tuple(slot.shape)
-                    and torch.as_tensor(value).dtype == slot.dtype):
-                slot.copy_(torch.as_tensor(value))
+            array = (torch.as_tensor(value) if isinstance(value, (torch.Tensor, np.ndarray))
+                     else None)
+            if (slot is not None and array is not None and array.shape == slot.shape
+                    and array.dtype == slot.dtype):
+                slot.copy_(array)
                 values[f.name] = _InSlot()
             else:
                 values[f.name] = value.numpy() if isinstance(value, torch.Tensor) else value
