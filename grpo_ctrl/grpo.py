@@ -209,6 +209,8 @@ def saturated(mu: torch.Tensor, log_std: torch.Tensor, bound: float) -> torch.Te
     there, yet their score (z - mu) / sigma^2 is as large as anywhere: in the policy
     gradient they add variance and no signal (the hanging swing-up decides at one or two
     unsaturated steps among 32, docs/grpo.md §9, fifth pass)."""
+    if log_std.numel() == 1:  # one std: one comparison with one number
+        return mu.abs() > bound + 2.0 * math.exp(float(log_std))
     return (mu.abs() - 2.0 * torch.exp(log_std)) > bound
 
 
@@ -354,6 +356,9 @@ def adapt_clip(eps_scale: float, kl: float, target: float) -> float:
 # =====================================================================
 # Rollout: all branches of all groups in each simulator call and forward.
 # =====================================================================
+ENTROPY_STRIDE = 8  # the batch's entropy estimate: on one branch in 8 (1 = all)
+
+
 @dataclass
 class Batch:
     obs: torch.Tensor | None  # (B, L, nobs) normalised observations of the loss steps (None:
@@ -415,6 +420,7 @@ class GroupRollout:
         self.spec = self.pool.spec
         self.rng = np.random.default_rng(seed)
         self.sim_steps = 0
+        self.discounts = cfg.gamma ** np.arange(cfg.horizon)  # a branch's return: these . rewards
 
     def restart(self, seed: int) -> None:
         """Fresh trajectories in the whole pool, from ``seed`` (a resumed run)."""
@@ -603,9 +609,13 @@ class GroupRollout:
             spread = group_moments(flat_returns, group, n)[1]
             returns = flat_returns[:n * cfg.screen_group].reshape(n, cfg.screen_group)
         else:
-            rtg = discounted_returns(rewards.T.reshape(n, g, H), cfg.gamma)  # (n, g, H)
-            returns = rtg[:, :, 0]
-            flat_returns = returns.reshape(B)
+            if cfg.reward_form == "outcome":  # one product, not H vector steps (0.15 ms)
+                flat_returns = self.discounts @ rewards
+                returns = flat_returns.reshape(n, g)
+            else:
+                rtg = discounted_returns(rewards.T.reshape(n, g, H), cfg.gamma)  # (n, g, H)
+                returns = rtg[:, :, 0]
+                flat_returns = returns.reshape(B)
             if cfg.reward_form == "outcome":
                 adv = np.repeat(group_advantages(returns, cfg.adv_scale,
                                                  batch_std=self.batch_std)[:, :, None], L, axis=2)
@@ -675,16 +685,19 @@ class GroupRollout:
         log_std_old = log_std[:L].T.contiguous() if log_std.dim() == 2 else log_std.clone()
         logp_old = gaussian_log_prob(zl, mul, log_std_old)
         mask_t = torch.from_numpy(mask)
-        logp_squashed = logp_old - log_tanh_jacobian(zl, policy.u_max)
+        # the entropy, a diagnostic, estimated on one branch in ENTROPY_STRIDE (0.2 ms on all)
+        rows = slice(1, None, ENTROPY_STRIDE) if B >= 4 * ENTROPY_STRIDE else slice(None)
+        logp_squashed = logp_old[rows] - log_tanh_jacobian(zl[rows], policy.u_max)
         sampled = mask_t  # the entropy estimate needs steps that drew noise: with noise_outside
         if cfg.noise_window > 0 and cfg.noise_outside == "mean":  # = mean, the windows' alone
             sampled = mask_t * window.repeat_interleave(g, 0)
+        sampled = sampled[rows]
         entropy = -float((logp_squashed * sampled).sum() / sampled.sum().clamp(min=1.0))
         obs_l = None if self.shipped else policy.normalise(raw[:L].transpose(0, 1)).contiguous()
         everything = raw.reshape(H * B, nobs)
         adv_t = torch.from_numpy(adv).float()
         if cfg.saturated > 0:
-            adv_t = adv_t * ~saturated(mul, log_std_old, cfg.saturated)
+            adv_t.masked_fill_(saturated(mul, log_std_old, cfg.saturated), 0.0)
         return Batch(obs=obs_l, z=zl, logp_old=logp_old, mu_old=mul, log_std_old=log_std_old,
                      adv=adv_t,
                      mask=mask_t, returns=returns,
@@ -756,7 +769,7 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(
                     policy.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf))
             grad_norms.append(grad_norm)
-            opt.step()
+            adam_step(opt)
             with torch.no_grad():
                 policy.log_std.clamp_(min=cfg.log_std_min)
             clip_lo.append(lo)
@@ -795,6 +808,33 @@ def adam(params, lr: float) -> torch.optim.Adam:
         return torch.optim.Adam(params, lr=lr, fused=True)
     except (RuntimeError, TypeError):  # older torch: CUDA only
         return torch.optim.Adam(params, lr=lr)
+
+
+def adam_step(opt: torch.optim.Optimizer) -> None:
+    """``opt.step()``; for fused Adam, its kernel called directly, as torch's own step
+    calls it. The same arithmetic on the same state, so checkpoints and results do not
+    change, without torch.optim's Python around it: 40 us a step when warm, 94-280 us
+    in training, where the rollout before it leaves the caches cold; the direct call
+    15 / 27 us (docs/grpo.md §9, fourteenth pass). torch.optim.Adam's step where the
+    call does not apply: another optimiser or option, a first step (no state yet), a
+    parameter without a gradient, a torch without the kernel."""
+    group = opt.param_groups[0] if len(opt.param_groups) == 1 else {}
+    params = group.get("params", [])
+    states = [opt.state.get(p) for p in params]
+    if (not isinstance(opt, torch.optim.Adam) or not group.get("fused") or group["amsgrad"]
+            or group["maximize"] or group["weight_decay"] != 0
+            or group.get("decoupled_weight_decay") or group["differentiable"]
+            or not hasattr(torch, "_fused_adam_") or not all(states)
+            or any(p.grad is None for p in params)):
+        opt.step()
+        return
+    steps = [st["step"] for st in states]
+    torch._foreach_add_(steps, 1)
+    beta1, beta2 = group["betas"]
+    torch._fused_adam_(params, [p.grad for p in params], [st["exp_avg"] for st in states],
+                       [st["exp_avg_sq"] for st in states], [], steps, amsgrad=False,
+                       lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=0.0,
+                       eps=group["eps"], maximize=False, grad_scale=None, found_inf=None)
 
 
 def make_policy(cfg: GRPOConfig, spec) -> GaussianPolicy:

@@ -5,9 +5,9 @@ The collector is a forked process (so it does not share the GIL) that owns the
 trajectory pool from the start. It receives the policy as it is after each
 update, answers with the batch it collected with the policy one update older,
 and starts on the next one. A batch's arrays cross in shared memory, made before
-the fork in the shapes of a first batch (``SharedSlots``): the pipe carries the
-rest. The policy crosses the pipe as numpy arrays: pickling those is ~20x faster
-than pickling tensors.
+the fork in the shapes of a first batch (``SharedSlots``, two sets that
+alternate): the pipe carries the rest. The policy crosses the pipe as numpy
+arrays: pickling those is ~20x faster than pickling tensors.
 """
 from __future__ import annotations
 
@@ -39,28 +39,36 @@ class _InSlot:
 
 
 class SharedSlots:
-    """Shared memory for a batch's arrays (its tensor and ndarray fields), one slot per
-    field in the shape and type of ``example``'s, made before the collector is forked.
-    The collector copies each array into its slot and pipes the rest (``pack``); the
-    trainer copies them out (``unpack``) before it sends the next policy, and only that
-    lets the collector write again. An array that does not fit its slot (another shape
-    or type) goes through the pipe. Pickling ~270 kB of arrays through the pipe cost the
-    collector ~1 ms an iteration (docs/grpo.md §9, thirteenth pass)."""
+    """Shared memory for a batch's arrays (its tensor and ndarray fields): two sets of
+    slots, one slot per field in the shape and type of ``example``'s, made before the
+    collector is forked. The collector copies each array into a slot of one set and pipes
+    the rest (``pack``), the next batch into the other set. The trainer sends the next
+    policy as soon as a batch's message is in, then copies the arrays out (``unpack``)
+    while the collector works into the other set: this set is written again only for the
+    batch after next, which the collector starts once the trainer has asked for the next
+    one. An array that does not fit its slot (another shape or type) goes through the
+    pipe. Pickling ~270 kB of arrays through the pipe cost the collector ~1 ms an
+    iteration (docs/grpo.md §9, thirteenth pass); the copy out of one set of slots, the
+    trainer's ~0.1-0.2 ms, no longer holds the collector up (fourteenth pass)."""
+
+    SETS = 2
 
     def __init__(self, example):
-        self.slots = {}
+        self.slots = [{} for _ in range(self.SETS)]
         for f in fields(example):
             value = getattr(example, f.name)
             if isinstance(value, (torch.Tensor, np.ndarray)):
-                self.slots[f.name] = torch.empty_like(torch.as_tensor(value)).share_memory_()
+                for slots in self.slots:
+                    slots[f.name] = torch.empty_like(torch.as_tensor(value)).share_memory_()
 
-    def pack(self, batch) -> tuple:
+    def pack(self, batch, which: int) -> tuple:
+        """The message for ``batch``, its arrays copied into set ``which``."""
         values, tensors = {}, []
         for f in fields(batch):
             value = getattr(batch, f.name)
             if isinstance(value, torch.Tensor):
                 tensors.append(f.name)
-            slot = self.slots.get(f.name)
+            slot = self.slots[which].get(f.name)
             array = (torch.as_tensor(value) if isinstance(value, (torch.Tensor, np.ndarray))
                      else None)
             if (slot is not None and array is not None and array.shape == slot.shape
@@ -69,14 +77,14 @@ class SharedSlots:
                 values[f.name] = _InSlot()
             else:
                 values[f.name] = value.numpy() if isinstance(value, torch.Tensor) else value
-        return type(batch), tensors, values
+        return which, type(batch), tensors, values
 
     def unpack(self, message: tuple):
-        cls, tensors, values = message
-        out = {}
+        which, cls, tensors, values = message
+        slots, out = self.slots[which], {}
         for k, v in values.items():
             if isinstance(v, _InSlot):
-                out[k] = self.slots[k].clone() if k in tensors else self.slots[k].numpy().copy()
+                out[k] = slots[k].clone() if k in tensors else slots[k].numpy().copy()
             else:
                 out[k] = torch.from_numpy(v) if k in tensors else v
         return cls(**out)
@@ -93,10 +101,12 @@ def _serve(conn, parent: int, make_rollout, make_policy, seed: int, slots: Share
     rollout, policy = make_rollout(), make_policy()
     gen = torch.Generator().manual_seed(seed + 1)
     conn.send("ready")
+    which = 0  # the set of slots the next batch goes to: they alternate
     while (state := conn.recv()) is not None:
         try:
             policy.load_numpy_state(state)
-            conn.send(slots.pack(rollout.collect(policy, gen)))
+            conn.send(slots.pack(rollout.collect(policy, gen), which))
+            which = (which + 1) % slots.SETS
         except Exception as e:  # reported, and raised, by the trainer
             conn.send(e)
 
@@ -169,10 +179,9 @@ class OverlapCollector:
         message = link.pipe.recv()
         if isinstance(message, Exception):
             raise message
-        batch = self._slots.unpack(message)  # before the next policy frees the slots
-        link.pipe.send(policy.numpy_state())
+        link.pipe.send(policy.numpy_state())  # the next batch goes to the other slots
         link.pending = True
-        return batch
+        return self._slots.unpack(message)
 
     def close(self) -> None:
         _unclosed.discard(self._stop)

@@ -591,3 +591,53 @@ def test_a_shipped_batch_folds_into_the_normaliser_as_its_raw_observations_do():
     assert by_moments.count == by_update.count == 2 * kept.raw_obs.shape[0]
     assert torch.equal(by_moments.mean, by_update.mean)
     assert torch.equal(by_moments.var, by_update.var)
+
+
+def test_adam_step_is_torchs_step_bit_for_bit():
+    """``adam_step`` (fused Adam's kernel called directly) against ``opt.step()`` on a copy:
+    the same parameters and optimiser state, bit for bit, over steps with a changing
+    learning rate; the first step (no state yet) and a parameter without a gradient take
+    torch's own step."""
+    import copy
+
+    from grpo_ctrl.grpo import adam, adam_step
+    torch.manual_seed(0)
+    ours = GaussianPolicy(3, 2.0, 16, 2, features=8)
+    theirs = copy.deepcopy(ours)
+    opt_ours, opt_theirs = adam(ours.parameters(), 1e-2), adam(theirs.parameters(), 1e-2)
+    for k in range(6):
+        for opt in (opt_ours, opt_theirs):
+            opt.param_groups[0]["lr"] = 1e-2 * (1.0 - 0.1 * k)
+        g = torch.Generator().manual_seed(k)
+        for a, b in zip(ours.parameters(), theirs.parameters()):
+            a.grad = torch.randn(a.shape, generator=g)
+            b.grad = a.grad.clone()
+        if k == 4:  # a parameter without a gradient: torch skips it
+            ours.log_std.grad = theirs.log_std.grad = None
+        adam_step(opt_ours)
+        opt_theirs.step()
+        for a, b in zip(ours.parameters(), theirs.parameters()):
+            assert torch.equal(a, b)
+            sa, sb = opt_ours.state[a], opt_theirs.state[b]
+            assert all(torch.equal(sa[key], sb[key]) for key in ("step", "exp_avg",
+                                                                  "exp_avg_sq"))
+
+
+def test_outcome_returns_are_the_discounted_sums_of_the_rewards():
+    """A batch's branch returns (one product with the discounts) against the reward-to-go
+    recursion at t = 0, on the rewards its rollout collected."""
+    cfg = default_config("pendulum", "gym")
+    ro = GroupRollout(cfg, "pendulum", "gym", seed=3)
+    policy = GaussianPolicy(3, 2.0, 16, 2)
+    seen = {}
+    roll = ro._roll
+
+    def keep(*args, **kwargs):
+        out = roll(*args, **kwargs)
+        seen["rewards"] = out[3].copy()
+        return out
+    ro._roll = keep
+    batch = ro.collect(policy, torch.Generator().manual_seed(0))
+    n, g, H = cfg.num_starts, cfg.group_size, cfg.horizon
+    want = discounted_returns(seen["rewards"].T.reshape(n, g, H), cfg.gamma)[:, :, 0]
+    np.testing.assert_allclose(batch.returns, want, rtol=1e-12, atol=1e-9)

@@ -186,3 +186,32 @@ def test_gradients_moved_elsewhere_are_followed():
         np.testing.assert_allclose(flat[at:at + p.numel()].view_as(p), w, rtol=1e-4,
                                    atol=1e-5 * float(w.abs().max()))
         at += p.numel()
+
+
+def test_one_policy_keeps_its_network_and_takes_each_batch():
+    """``CGradient.of`` sets a policy's network up once and binds each new batch: a second
+    batch's gradient is that batch's (against autograd); parameters replaced since (not
+    updated in place) get a network built again; the cache does not keep a policy alive."""
+    import gc
+    import weakref
+    policy = _policy(3, 8, 2, 4, seed=0)
+    first, second = _batch(policy, 8, 4, seed=0), _batch(policy, 8, 4, seed=1)
+    c = CGradient.of(policy, CFG, first)
+    assert CGradient.of(policy, CFG, second) is c
+    rows = torch.arange(8)
+    c.gradient(rows, "token", 0.2, 0.28, 0.0)
+    _, want, *_ = _torch_gradient(copy.deepcopy(policy), second, rows, "token", 0.2, 0.28)
+    for p, w in zip(policy.parameters(), want):
+        np.testing.assert_allclose(p.grad, w, rtol=1e-4, atol=1e-5 * float(w.abs().max()))
+    layer = policy.net[-1]
+    layer.weight = torch.nn.Parameter(layer.weight.detach() * 2.0)  # elsewhere in memory
+    c2 = CGradient.of(policy, CFG, second)
+    assert c2 is not c
+    c2.gradient(rows, "token", 0.2, 0.28, 0.0)
+    _, want, *_ = _torch_gradient(copy.deepcopy(policy), second, rows, "token", 0.2, 0.28)
+    for p, w in zip(policy.parameters(), want):
+        np.testing.assert_allclose(p.grad, w, rtol=1e-4, atol=1e-5 * float(w.abs().max()))
+    alive = weakref.ref(policy)
+    del policy, layer, c, c2
+    gc.collect()
+    assert alive() is None

@@ -101,8 +101,10 @@ class Shaped:  # a batch-like dataclass for the shared slots (pickled: at module
 
 def test_shared_slots_carry_a_batch_and_fall_back_to_the_pipe():
     """The collector's shared slots (overlap.SharedSlots): a batch shaped like the example
-    crosses with only markers in the message; the trainer's copy stays its own when the
-    collector writes the next batch; an array of another shape, and None, go in the message."""
+    crosses with only markers in the message; the next batch, written into the other set
+    before this one is copied out, leaves it alone; the trainer's copy stays its own when
+    the collector writes into the same set again; an array of another shape, and None, go
+    in the message."""
     import multiprocessing
     import pickle
 
@@ -111,25 +113,29 @@ def test_shared_slots_carry_a_batch_and_fall_back_to_the_pipe():
     example = Shaped(torch.zeros(4, 3), np.zeros(5), torch.zeros(2), 0.0)
     slots = SharedSlots(example)
     first = Shaped(torch.arange(12.0).reshape(4, 3), np.arange(5.0), None, 1.5)
+    second = Shaped(-torch.ones(4, 3), -np.ones(5), torch.ones(3), 2.0)
 
     def send(conn):  # the collector's side, in a forked process as in the trainer
-        conn.send(slots.pack(first))
+        conn.send(slots.pack(first, 0))
+        conn.send(slots.pack(second, 1))  # the next batch, before the first is copied out
         conn.close()
 
     ours, theirs = multiprocessing.get_context("fork").Pipe()
     child = multiprocessing.get_context("fork").Process(target=send, args=(theirs,))
     child.start()
     theirs.close()  # EOF here, not a hang, should the child fail
-    message = ours.recv()
+    message, message2 = ours.recv(), ours.recv()
     child.join()
     assert len(pickle.dumps(message)) < 1000  # the arrays stayed in shared memory
     got = slots.unpack(message)
     assert torch.equal(got.a, first.a) and np.array_equal(got.b, first.b)
     assert got.c is None and got.d == 1.5
-    slots.pack(Shaped(-torch.ones(4, 3), -np.ones(5), torch.ones(3), 2.0))  # the next batch
+    got2 = slots.unpack(message2)
+    assert torch.equal(got2.a, second.a) and torch.equal(got2.c, torch.ones(3))
+    slots.pack(Shaped(torch.ones(4, 3), np.ones(5), None, 3.0), 0)  # the batch after next
     assert torch.equal(got.a, first.a) and np.array_equal(got.b, first.b)
     odd = slots.unpack(slots.pack(Shaped(torch.ones(2, 3), np.ones(5, np.float32),
-                                          torch.ones(3), 0.0)))
+                                          torch.ones(3), 0.0), 1))
     assert torch.equal(odd.a, torch.ones(2, 3)) and odd.b.dtype == np.float32
     assert torch.equal(odd.c, torch.ones(3))
 
