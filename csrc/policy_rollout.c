@@ -5,8 +5,61 @@
 #include "policy_rollout.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "policy_dense.h"
+
+/* tanh(x) within 2 ulp, without branches or calls, so that the loop over the branches
+ * vectorises (tanhf is a call: 8.5 ns each, 0.14 ms of the gym default's rollout).
+ * |x| < 0.5: the odd Taylor series to x^17 (the next term is below 1e-9 of tanh there).
+ * Beyond: (1 - t) / (1 + t) with t = e^(-2|x|) = 2^k e^r, k the nearest integer to
+ * -2|x| / ln 2 (ln 2 in two parts, Cody and Waite), |r| <= ln 2 / 2 and e^r by its
+ * Taylor series to r^7 (remainder 5e-9); |x| is clamped at 9, where tanh rounds to 1
+ * in float, so k stays in [-26, 0]. NaN stays NaN. */
+static inline float tanh_branchless(float x)
+{
+  const float a = fabsf(x) < 9.0f ? fabsf(x) : 9.0f; /* not fminf: it does not vectorise */
+  const float a2 = a * a;
+  float q = 5.9002744094558596e-04f;
+  q = q * a2 - 1.4558343870513183e-03f;
+  q = q * a2 + 3.5921280365724810e-03f;
+  q = q * a2 - 8.8632355299021966e-03f;
+  q = q * a2 + 2.1869488536155203e-02f;
+  q = q * a2 - 5.3968253968253968e-02f;
+  q = q * a2 + 1.3333333333333333e-01f;
+  q = q * a2 - 3.3333333333333333e-01f;
+  const float small = a + a * a2 * q;
+  const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+  const float y = -2.0f * a;
+  const float k = (y * 1.44269504088896341f + shift) - shift;
+  const float r = (y - k * 0.693359375f) - k * -2.12194440e-4f;
+  float p = 1.9841269841269841e-04f;
+  p = p * r + 1.3888888888888889e-03f;
+  p = p * r + 8.3333333333333333e-03f;
+  p = p * r + 4.1666666666666667e-02f;
+  p = p * r + 1.6666666666666667e-01f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = ((int32_t)k + 127) * (1 << 23); /* 2^k, k in [-26, 0] */
+  float two_k;
+  memcpy(&two_k, &bits, sizeof two_k);
+  const float t = p * two_k;
+  const float big = (1.0f - t) / (1.0f + t);
+  const float out = copysignf(a < 0.5f ? small : big, x);
+  return x != x ? x : out;
+}
+
+/* z = mu + spread and the command u_max tanh(z), for B branches. */
+PR_CLONES
+static void squash(int B, float umax, const float *mu, const float *spread, float *z,
+                   float *act)
+{
+  for (int b = 0; b < B; ++b) {
+    z[b] = mu[b] + spread[b];
+    act[b] = umax * tanh_branchless(z[b]);
+  }
+}
 
 static int net_ok(const pr_net *net)
 {
@@ -81,9 +134,8 @@ int pr_rollout(const ps_model *m, ps_data *d, const pr_net *net, int steps, int 
     if (rc) return rc;
     const uint8_t *was = alive + row;
     uint8_t *now = alive + row + B;
+    squash(B, umax, mu + row, spread + row, z + row, act);
     for (int b = 0; b < B; ++b) {
-      z[row + b] = mu[row + b] + spread[row + b];
-      act[b] = umax * tanhf(z[row + b]);
       reward[row + b] = 0.0;
       if (w_du > 0.0 && (t > 0 || have_last) && was[b]) {
         const float du = (act[b] - last_act[b]) / umax;

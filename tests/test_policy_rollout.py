@@ -94,6 +94,32 @@ def test_rollout_replays_bit_for_bit_through_python_steps(system, repeat, w_du):
     assert np.array_equal(last, u[-1])
 
 
+def test_the_c_squash_against_numpy_tanh():
+    """A network whose mean is 0 (every weight and bias zero), so z is the noise alone:
+    the command after one decision, u_max tanh(z), against numpy's tanh in float64 over
+    |z| up to 30 (both branches of the C tanh, the switch at 0.5, the clamp at 9),
+    within 3 float32 ulp; a NaN command is refused as before."""
+    B = 20_000
+    sim = BatchSim("pendulum", B, seed=0)
+    z = np.concatenate([np.linspace(-30.0, 30.0, B // 2),
+                        np.geomspace(1e-30, 1.0, B // 4), -np.geomspace(1e-6, 12.0, B // 4)])
+    spread = z.astype(np.float32)[None]
+    nets = {"nobs": 3, "nfeat": 0, "nhidden": 1, "width": 4}
+    params = np.zeros(2 * 3 + 4 * 3 + 4 + 4 + 1, np.float32)
+    params[3:6] = 1.0  # the normaliser's scale
+    raw, mu, zz, reward, alive, last = _buffers(1, B, 3)
+    sim.observe()
+    sim.roll_policy(nets, params, spread, raw, mu, zz, reward, alive, last, False, u_max=2.0)
+    assert np.array_equal(zz[0], spread[0])
+    want = 2.0 * np.tanh(spread[0].astype(np.float64))
+    ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    assert (np.abs(last - want) <= 3.0 * ulp).all(), np.max(np.abs(last - want) / ulp)
+    spread[0, 5] = np.nan
+    with pytest.raises(ValueError, match="NaN|finite"):
+        sim.roll_policy(nets, params, spread, raw, mu, zz, reward, alive, last, False,
+                        u_max=2.0)
+
+
 def test_the_c_sine_against_numpy_through_a_hand_built_network():
     """Feature weight 1, phase 0, the normaliser the identity; the hidden layer
     passes relu(s) and relu(-s), the output takes their difference: mu = sin(x0)."""
