@@ -896,9 +896,9 @@ class Trainer:
         """This iteration's groups. With overlap, the collector process
         gathered them with the policy as it was one update ago (their
         log-probs are the ratio's denominator, so the update stays correct;
-        the clip bounds the step) and starts on the next batch now, with a copy
-        of today's policy; the observations are normalised again with today's
-        statistics."""
+        the clip bounds the step) and is on the next batch already; ``step``
+        sends it the updated policy for the one after. The observations are
+        normalised again with today's statistics."""
         if self._collector is None:
             torch.set_num_threads(1)
             return self.rollout.collect(self.policy, self.gen)
@@ -938,6 +938,8 @@ class Trainer:
         if cfg.trust_region == "adaptive":
             self.eps_scale = adapt_clip(self.eps_scale, stats["kl_old"], cfg.kl_target)
         self.policy.refresh_norm()
+        if self._collector is not None:  # for the batch after the one it is collecting
+            self._collector.updated(self.policy)
         self.iteration += 1
         if self.ref is not None and self.iteration % cfg.ref_refresh == 0:
             self.ref = copy.deepcopy(self.policy)
