@@ -359,6 +359,13 @@ def adapt_clip(eps_scale: float, kl: float, target: float) -> float:
 ENTROPY_STRIDE = 8  # the batch's entropy estimate: on one branch in 8 (1 = all)
 
 
+def diagnostic_rows(B: int, stride: int) -> slice:
+    """The branches a diagnostic is estimated on: one in ``stride``, from branch 1 (not a
+    group's branch 0, the mean-action branch of the continuation policy); all of them for
+    a stride of 1 or a batch under four strides."""
+    return slice(1, None, stride) if stride > 1 and B >= 4 * stride else slice(None)
+
+
 @dataclass
 class Batch:
     obs: torch.Tensor | None  # (B, L, nobs) normalised observations of the loss steps (None:
@@ -686,7 +693,7 @@ class GroupRollout:
         logp_old = gaussian_log_prob(zl, mul, log_std_old)
         mask_t = torch.from_numpy(mask)
         # the entropy, a diagnostic, estimated on one branch in ENTROPY_STRIDE (0.2 ms on all)
-        rows = slice(1, None, ENTROPY_STRIDE) if B >= 4 * ENTROPY_STRIDE else slice(None)
+        rows = diagnostic_rows(B, ENTROPY_STRIDE)
         logp_squashed = logp_old[rows] - log_tanh_jacobian(zl[rows], policy.u_max)
         sampled = mask_t  # the entropy estimate needs steps that drew noise: with noise_outside
         if cfg.noise_window > 0 and cfg.noise_outside == "mean":  # = mean, the windows' alone
@@ -777,8 +784,7 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
     # How far the update moved, exactly: KL(pi_old || pi), KL(pi || pi_ref). The adaptive clip
     # steers by it, so it takes the whole batch; elsewhere it is a diagnostic and takes one
     # branch in KL_STRIDE (a forward pass over the whole batch was a fifth of the update's time)
-    every = KL_STRIDE if cfg.trust_region != "adaptive" and B >= 4 * KL_STRIDE else 1
-    rows = slice(1 if every > 1 else 0, None, every)  # 1: not a group's branch 0 (continuation policy)
+    rows = diagnostic_rows(B, KL_STRIDE if cfg.trust_region != "adaptive" else 1)
     with torch.no_grad():
         if c is not None:
             mu, log_std = c.mean(torch.arange(B)[rows]), policy.log_std
