@@ -11,7 +11,8 @@ import hashlib
 import json
 from pathlib import Path
 
-import onnx
+# onnx is imported where a model is written, not here: the serial bridge reads the
+# metadata through onnxruntime alone (the base install has no onnx)
 
 PREFIX = "grpo_ctrl."
 
@@ -38,6 +39,7 @@ _INTS = ("verified_samples",)
 
 def for_controller(controller, source: str, source_sha256: str) -> dict[str, str]:
     """The descriptive keys of ``controller`` (all but the verification result)."""
+    import onnx
     import torch
 
     import grpo_ctrl
@@ -59,7 +61,7 @@ def for_controller(controller, source: str, source_sha256: str) -> dict[str, str
     }
 
 
-def write(model: onnx.ModelProto, values: dict[str, str]) -> None:
+def write(model: "onnx.ModelProto", values: dict[str, str]) -> None:
     """Set ``values`` (keys without prefix) in ``model``, replacing old ones."""
     unknown = set(values) - set(KEYS)
     if unknown:

@@ -30,6 +30,22 @@ COMMANDS = {
     "bench": ("grpo_ctrl.bench_cli", "run a benchmark (sim, train, export, loop)"),
 }
 
+# a package that is not in the base install -> the extra that brings it
+EXTRAS = {"torch": "train", "onnx": "train", "matplotlib": "train", "tqdm": "train",
+          "scipy": "train", "tensorboard": "train", "gymnasium": "gym"}
+
+
+def missing_extra(error: ImportError) -> str | None:
+    """The extra whose package ``error`` says is missing (None: not one of ours)."""
+    name = (getattr(error, "name", None) or "").split(".")[0]
+    return EXTRAS.get(name) if isinstance(error, ModuleNotFoundError) else None
+
+
+def _needs(command: str | None, extra: str) -> int:
+    print(f"grpo-ctrl{' ' + command if command else ''}: needs the {extra} extra: "
+          f"pip install 'grpo-ctrl[{extra}]'", file=sys.stderr)
+    return 2
+
 
 class _OneLineParser(argparse.ArgumentParser):
     """argparse whose errors are one line (no usage block), exit status 2."""
@@ -66,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"grpo-ctrl{' ' + command if command else ''}: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as e:  # the base install: no torch, onnx, matplotlib, ...
+        if missing_extra(e) is None:
+            raise
+        return _needs(command, missing_extra(e))
     try:
         return int(module.run(args) or 0)
     except UserError as e:  # only these: any other exception is a bug and keeps its traceback
@@ -74,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"grpo-ctrl {args.command}: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as e:  # a lazily imported package of an extra
+        if missing_extra(e) is None:
+            raise
+        return _needs(args.command, missing_extra(e))
     except BrokenPipeError:  # the reader went away (`grpo-ctrl inspect x.onnx | head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 141
