@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import ctypes
 import gc
+import importlib.util
 import json
 import math
 import os
@@ -26,6 +27,7 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.firmware_bridge import protocol as P
 from grpo_ctrl.firmware_bridge.link import Link, handshake, select_control_source
 from grpo_ctrl.firmware_bridge.loop import ControlLoop, format_summary
+from grpo_ctrl.firmware_bridge.status import StatusLine
 from grpo_ctrl.firmware_bridge.observation import (Features, check_onnx_controller,
                                                    open_onnx_controller)
 from grpo_ctrl.firmware_bridge.telemetry import Telemetry, write_plot
@@ -40,7 +42,7 @@ STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
 
 def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None, *,
              baudrate: int = 1_000_000, stop: threading.Event | None = None,
-             print_fn=print, on_device: bool = False, make_policy=None) -> dict:
+             print_fn=print, on_device: bool = False, make_policy=None, status=None) -> dict:
     """Run ``policy_path`` (ONNX) on the device at ``port`` for ``duration``
     seconds; returns the summary dict (``ended``: completed, interrupted,
     fault, link lost or error). Telemetry goes to ``log`` (.csv or .jsonl) and
@@ -51,7 +53,10 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
     arms, keeps the watchdog fed and logs; ``policy_path`` may then be None.
     ``make_policy(info, features)``: a host-side command source other than
     an ONNX file (``grpo-ctrl excite``'s experiment); ``policy_path`` is
-    then ignored."""
+    then ignored. ``status``: a stream for the status line (status.py),
+    written from a thread of its own; None: no status line. The plot needs
+    matplotlib (the train extra): without it the default plot is skipped
+    with a note, and ``plot`` given is refused before the port opens."""
     if not duration > 0 or not math.isfinite(duration):
         raise UserError(f"--duration must be a positive number of seconds, got {duration}")
     if not on_device and make_policy is None and not Path(policy_path).is_file():
@@ -60,6 +65,13 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
     log = Path(log) if log else None
     if plot is None:
         plot = log.with_suffix(".png") if log else None
+        if plot is not None and not _importable("matplotlib"):
+            print_fn(f"note: no plot {str(plot)!r}: matplotlib is not installed (pip install "
+                     "'grpo-ctrl[train]')")
+            plot = None
+    elif plot and not _importable("matplotlib"):
+        raise UserError(f"--plot {str(plot)!r} needs matplotlib: pip install 'grpo-ctrl[train]' "
+                        "(or leave --plot out)")
     plot = Path(plot) if plot else None
     _check_outputs(log, plot)
     stop = stop or threading.Event()
@@ -71,10 +83,11 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
             stop.set()
         previous_handlers = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     telemetry = loop = None
+    shown = contextlib.nullcontext() if status is None else StatusLine(lambda: loop, status)
     try:
         onnx_policy = (open_onnx_controller(policy_path)
                        if not on_device and make_policy is None else None)
-        with Link(port, baudrate) as link:
+        with Link(port, baudrate) as link, shown:
             info, info_frame = handshake(link)
             features = Features(info)
             select_control_source(link, info, on_device)
@@ -109,6 +122,13 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
         for s, handler in previous_handlers.items():
             signal.signal(s, handler)
     return summary
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
 
 
 def _keepalive(obs) -> float:
@@ -197,6 +217,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baud", type=positive_int(100_000_000), default=1_000_000,
                    help="baud rate for a UART (ignored by USB CDC and pseudo-terminals)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--quiet", action="store_true",
+                   help="no status line (elapsed, rate, angle, command, missed deadlines, lost "
+                        "frames), which otherwise goes to stderr: rewritten in place 4 times a "
+                        "second on a terminal, a plain line a second elsewhere")
 
 
 def run(args) -> int:
@@ -205,7 +229,8 @@ def run(args) -> int:
                         "own controller), one of the two")
     log = args.log or f"runs/serial/{time.strftime('%Y%m%d-%H%M%S')}.csv"
     summary = run_loop(args.port, args.policy, args.duration, log, args.plot,
-                       baudrate=args.baud, on_device=args.on_device)
+                       baudrate=args.baud, on_device=args.on_device,
+                       status=None if args.quiet else sys.stderr)
     print(json.dumps(summary) if args.json else format_summary(summary), flush=True)
     if summary["ended"].startswith("error: "):  # the one line that says why, where errors go
         print(f"grpo-ctrl run: {summary['ended']}", file=sys.stderr, flush=True)

@@ -74,6 +74,10 @@ class ControlLoop:
         self.stopping = False
         self.t0 = self.start = self.last_account_rx = time.monotonic()  # telemetry times from t0
         self.elapsed = 0.0
+        self.armed_at = None
+        # what the status line shows (status.py), published after each STATE as one tuple:
+        # another thread reads it, the loop itself writes nothing anywhere
+        self.snapshot = None
 
     # -------------------------------------------------------------- accounting
     def account(self, f: P.Frame, msg: P.Message | None, rx: float) -> None:
@@ -140,6 +144,8 @@ class ControlLoop:
         r.t.append(s.t_us * 1e-6)
         r.angle.append(self.features.angle(obs))
         r.action.append(s.actuator)
+        self.snapshot = (rx, r.states, self.armed_at, r.angle[-1],
+                         s.actuator if action is None else action, r.stale, r.lost)
         self.telemetry.write({
             "kind": "state", "dev_seq": f.seq, "dev_t_us": s.t_us, "host_rx_s": rx - self.t0,
             "host_tx_s": None if tx is None else tx - self.t0, "mode": s.mode, "fault": s.fault,
@@ -278,7 +284,7 @@ class ControlLoop:
                 return
             self.catch_up()
             self.arm()
-            self.start = start = time.monotonic()
+            self.armed_at = self.start = start = time.monotonic()
             last_rx = start
             window_end, window_states = start + FLOOD_WINDOW, self.r.states
             most = 2 * FLOOD_WINDOW / self.period + MIN_LOST_GAP

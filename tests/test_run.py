@@ -3,6 +3,7 @@ pendulum rig: an exported swing-up-plus-LQR controller, and a trained GRPO
 policy, balance it; through corrupted and dropped frames too; and every way
 of ending is safe."""
 import json
+import re
 import math
 import signal
 import subprocess
@@ -256,3 +257,59 @@ def test_demo_trains_exports_and_flies_the_hil_pendulum(tmp_path):
     assert "ended: completed" in r.stdout and "disarm acknowledged" in r.stdout
     end = next(line for line in r.stdout.splitlines() if line.startswith("pendulum at the end"))
     assert end.endswith("(upright)"), end
+
+
+STATUS = re.compile(r"^run +(\d+\.\d) s +(---|\d+\.\d) Hz  angle ([-+]\d\.\d{3}) rad  "
+                    r"command ([-+]\d\.\d{3})  missed (\d+)  lost (\d+)$")
+
+
+def test_run_prints_a_status_line_to_stderr_and_quiet_silences_it(swingup, tmp_path):
+    """Not a terminal: one plain line a second on stderr, no carriage return;
+    the summary on stdout is untouched."""
+    outs = {}
+    for quiet in (False, True):
+        with serve_hil(HilConfig(**START)) as hil:
+            outs[quiet] = grpo_run(hil.port, swingup, 3, tmp_path / f"s{quiet}.csv",
+                                   *(["--quiet"] if quiet else []))
+    loud, quiet = outs[False], outs[True]
+    assert loud.returncode == quiet.returncode == 0, (loud.stderr, quiet.stderr)
+    assert summary_of(loud)["ended"] == summary_of(quiet)["ended"] == "completed"
+    assert "\r" not in loud.stderr
+    lines = [m for m in map(STATUS.match, loud.stderr.splitlines()) if m]
+    assert 2 <= len(lines) <= 5
+    last = lines[-1]
+    elapsed, rate = float(last[1]), float(last[2])
+    assert 1.5 <= elapsed <= 3.5 and rate == pytest.approx(200, rel=0.25)  # the rig's 200 Hz
+    assert abs(float(last[3])) < 0.2 and abs(float(last[4])) <= 0.15      # upright, within u_max
+    assert not any(map(STATUS.match, quiet.stderr.splitlines()))
+
+
+def test_the_status_line_is_written_from_outside_the_loop_thread(swingup):
+    """run_loop runs the loop in the calling thread; every status write comes
+    from another, and on a terminal the line is rewritten in place."""
+    import threading
+
+    class Terminal:
+        def __init__(self):
+            self.writes = []
+
+        def write(self, text):
+            self.writes.append((threading.get_ident(), text))
+
+        def flush(self):
+            pass
+
+        def isatty(self):
+            return True
+
+    tty = Terminal()
+    loop_thread = threading.get_ident()
+    with serve_hil(HilConfig(**START)) as hil:
+        s = run_loop(hil.port, swingup, 2.0, None, plot=False, print_fn=lambda *_: None,
+                     status=tty)
+    assert s["ended"] == "completed"
+    assert tty.writes and all(ident != loop_thread for ident, _ in tty.writes)
+    texts = [t for _, t in tty.writes]
+    assert all(t.startswith("\r") and t.endswith("\x1b[K") for t in texts[:-1])
+    assert texts[-1] == "\n"
+    assert 5 <= len(texts) - 1 <= 12  # four a second for about two seconds
