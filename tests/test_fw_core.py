@@ -243,6 +243,86 @@ def test_a_command_answering_no_state_is_stale():
     assert b.last_state().actuator == pytest.approx(0.1)
 
 
+HALF = 2**31
+
+
+def armed_board_at(t_us):
+    """A board armed and ticked once at device time ``t_us`` (64 bits), and
+    that STATE."""
+    b = FakeBoard(watchdog_us=4 * PERIOD)
+    b.t = t_us - PERIOD
+    b.arm()
+    b.tick()
+    return b, b.last_state()
+
+
+@pytest.mark.parametrize("uptime", [5 * 2**32 + 7_000_000, 5 * 2**32 - 20_000, HALF + 3_000_000],
+                         ids=["hours", "low-bits-about-to-wrap", "just-over-2^31"])
+def test_an_echoed_time_2_31_minus_50_ms_old_is_placed_in_64_bits(uptime):
+    """The clean-room host's case on a device up long enough: a COMMAND echoing
+    (the low 32 bits of) a time 2^31 us - 50 ms before the newest STATE answers
+    that STATE; the watchdog trips at the next tick and the FAULT's 64-bit
+    ``info_t_us`` is that time: the newest STATE's t_us minus the echoed age,
+    high bits included (version 3 of the firmware extended it against the
+    FAULT's own time: before start-up on a device up 8 s)."""
+    b, newest = armed_board_at(uptime)
+    age = HALF - 50_000
+    expected = newest.t_us - age                          # an independent 64-bit reference
+    assert expected >= 0 and expected % 2**32 == (newest.t_us - age) % 2**32
+    b.send(P.Command(0.1, 0, (newest.t_us - age) % 2**32))
+    b.tick()
+    frames = b.frames()
+    (fault,) = b.of(P.Fault, frames)
+    assert P.FAULTS[fault.fault] == "watchdog" and fault.info_t_us == expected
+    assert b.request(P.Heartbeat(), P.Status).info_t_us == expected
+    assert b.of(P.State, frames)[-1].actuator == 0
+
+
+def test_echoed_times_at_the_2_31_boundary():
+    """2^31 - 1 us before the newest STATE answers it (the FAULT names that
+    time in 64 bits); 2^31 before is as far after it, modulo 2^32: stale."""
+    b, newest = armed_board_at(3 * 2**32 + 1_234_567)
+    b.send(P.Command(0.1, 0, (newest.t_us - HALF) % 2**32))
+    b.tick()
+    assert b.of(P.Fault, b.frames()) == []
+    assert b.request(P.Heartbeat(), P.Status).stale_commands == 1
+    b, newest = armed_board_at(3 * 2**32 + 1_234_567)
+    b.send(P.Command(0.1, 0, (newest.t_us - (HALF - 1)) % 2**32))
+    b.tick()
+    frames = b.frames()
+    (fault,) = b.of(P.Fault, frames)                      # never taken for information to come
+    assert fault.info_t_us == newest.t_us - (HALF - 1)
+    assert [s.actuator for s in b.of(P.State, frames)] == [0]
+    assert b.request(P.Heartbeat(), P.Status).stale_commands == 0
+
+
+def test_an_echoed_time_before_start_up_answers_no_state():
+    """A device up 8 s: an echoed time 2^31 - 50 ms before its newest STATE
+    would lie before start-up, so it answers no STATE the device sent:
+    stale, no FAULT, the watchdog still counts from the ARM; time 0 itself
+    (start-up) is the earliest a command may echo."""
+    b, newest = armed_board_at(7_985_647)
+    armed_at = b.request(P.Heartbeat(), P.Status).info_t_us
+    assert 0 < armed_at <= newest.t_us
+    b.send(P.Command(0.1, 0, (newest.t_us - (HALF - 50_000)) % 2**32))
+    b.send(P.Command(0.1, 0, 2**32 - 1))                  # 1 us before start-up
+    b.tick()
+    assert b.of(P.Fault, b.frames()) == []
+    status = b.request(P.Heartbeat(), P.Status)
+    assert status.stale_commands == 2 and status.mode == P.MODE_ARMED
+    assert status.info_t_us == armed_at
+    b.send(P.Command(0.1, 0, 0))                          # start-up: answers the first STATE's era
+    b.tick()
+    (fault,) = b.of(P.Fault, b.frames())
+    assert fault.info_t_us == 0 and P.FAULTS[fault.fault] == "watchdog"
+
+
+def test_status_before_any_arm_reports_info_time_zero():
+    b = FakeBoard()
+    b.tick(3)
+    assert b.request(P.Heartbeat(), P.Status).info_t_us == 0
+
+
 def test_command_seq_is_compared_modulo_2_32_and_restarts_at_arming():
     b = FakeBoard(watchdog_us=100000)
     b.arm()

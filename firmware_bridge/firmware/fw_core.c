@@ -166,7 +166,7 @@ static void send_status(fw_device *d, uint8_t type)
   s.mode = d->mode;
   s.fault = d->fault;
   s.t_us = d->hw.micros(d->hw.ctx);
-  s.info_t_us = s.t_us - ((uint32_t)s.t_us - d->info_t_us);  /* 64 bits again */
+  s.info_t_us = d->info_t_us;
   memcpy(s.counter + COUNTER_TX_FRAMES, d->counter, sizeof d->counter);
   s.counter[COUNTER_RX_FRAMES] = d->rx.frames;
   s.counter[COUNTER_RX_CRC_ERRORS] = d->rx.crc_errors;
@@ -311,17 +311,20 @@ static void on_command(fw_device *d, const proto_frame *f, uint64_t now)
    * 2^32: 1 .. 2^31 - 1 ahead) counts: a duplicate, a stale or a reordered
    * frame neither applies nor feeds the watchdog */
   /* and only one that answers a STATE this device sent: its echoed time is
-   * not after the newest STATE's (modulo 2^32, at most 2^31 - 1 before) */
+   * not after the newest STATE's (modulo 2^32, at most 2^31 - 1 before) and,
+   * taken as that many us before the newest STATE, not before start-up */
   const uint32_t before_newest = (uint32_t)d->prev_t_us - c.state_t_us;
   if ((d->have_cmd_seq && (uint32_t)(f->seq - d->last_cmd_seq - 1u) >= 0x7FFFFFFFu) ||
-      !d->have_prev || before_newest >= 0x80000000u) {
+      !d->have_prev || before_newest >= 0x80000000u || before_newest > d->prev_t_us) {
     FW_COUNTER(d, COUNTER_STALE_COMMANDS)++;
     return;
   }
   d->have_cmd_seq = 1;
   d->last_cmd_seq = f->seq;
-  /* the watchdog counts from the time of the STATE answered (PROTOCOL.md) */
-  d->info_t_us = c.state_t_us;
+  /* the watchdog counts from the time of the STATE answered (PROTOCOL.md),
+   * in 64 bits: the echoed low 32 bits placed at most 2^31 - 1 us before the
+   * newest STATE */
+  d->info_t_us = d->prev_t_us - before_newest;
   /* latency: this arrival minus the time of the STATE answered, as the
    * command echoes it (low 32 bits, modulo 2^32) */
   uint32_t latency = (uint32_t)now - c.state_t_us;
@@ -358,7 +361,7 @@ static void on_frame(fw_device *d, const proto_frame *f)
       if (d->mode != MODE_ARMED) {
         stop_actuator(d);
         d->mode = MODE_ARMED;
-        d->info_t_us = (uint32_t)now;  /* the first command is due within the watchdog time */
+        d->info_t_us = now;  /* the first command is due within the watchdog time */
         d->applied_flags = 0;
       }
       send_ack(d, f, RESULT_OK);
@@ -438,15 +441,19 @@ uint8_t fw_observation(const fw_device *d, float *obs)
  * does not count against the host; at most watchdog_us of lateness is
  * forgiven (a back-end that passes a wrong due time still trips within
  * twice the watchdog). Information from after the due time (a late STATE
- * answered before this tick, an ARM that came late) is 0 old. In 32 bits,
- * modulo 2^32 (64-bit arithmetic costs ~300 bytes more on AVR): exact while
- * the device ticks at least every 35 minutes, as the watchdog trips within
- * 10 s. */
+ * answered before this tick, an ARM that came late) is 0 old: it is never
+ * after the tick's start (an accepted command answers a STATE already sent),
+ * so it is at most watchdog_us after the due time; anything else is past
+ * information, however old (a command may answer a STATE up to 2^31 - 1 us
+ * before the newest). In 32 bits, modulo 2^32 (64-bit arithmetic costs ~300
+ * bytes more on AVR): exact for ages below 2^32 - watchdog_us, as the device
+ * ticks every period and trips within 10 s. */
 static uint32_t info_age_us(const fw_device *d, uint32_t now, uint32_t late_us)
 {
   if (late_us > d->cfg.watchdog_us) late_us = d->cfg.watchdog_us;
-  const uint32_t age = (uint32_t)(now - late_us) - d->info_t_us;
-  return age < 0x80000000u ? age : 0;
+  const uint32_t due = now - late_us;
+  const uint32_t after_due = (uint32_t)d->info_t_us - due;
+  return after_due <= d->cfg.watchdog_us ? 0 : due - (uint32_t)d->info_t_us;
 }
 
 /* The command for this tick in CONTROL_HOST: the newest one received. */

@@ -29,7 +29,7 @@
 #include "fw_hw.h"
 #include "proto.h"
 
-#define FW_VERSION 3
+#define FW_VERSION 4       /* 4: info_t_us kept in 64 bits, echoed times before start-up stale */
 #ifndef FW_TX_BUF         /* transmit ring, bytes (>= PROTO_MAX_WIRE) */
 #if defined(__AVR__)
 #define FW_TX_BUF 128     /* an INFO, or a STATE and a STATUS: the Uno has 2 KB of RAM */
@@ -74,9 +74,9 @@ typedef struct {
   uint8_t applied_flags;
   uint32_t rx_latency_max_us;    /* worst latency of the commands accepted this
                                     period, LATENCY_UNKNOWN if none */
-  uint32_t info_t_us;            /* the watchdog counts from here: the time of the STATE
+  uint64_t info_t_us;            /* the watchdog counts from here: the time of the STATE
                                     the newest accepted command answers (or of arming),
-                                    low 32 bits */
+                                    0 before the first ARM */
   /* sensing */
   uint8_t have_prev;
   int32_t prev_counts[PROTO_MAX_CHANNELS];
