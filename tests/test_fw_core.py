@@ -413,6 +413,76 @@ def test_watchdog_parameter_bounds():
     assert FakeBoard(watchdog_us=PERIOD).request(P.Hello(), P.Info).watchdog_us == 2 * PERIOD
 
 
+def test_parameter_rules_the_spec_states():
+    """PROTOCOL.md's Parameters: a watchdog both fractional and out of range is
+    a bad request; limits are any finite value >= 0; a channel the device does
+    not have (one channel here) keeps its limits; "rw while not armed" is
+    settable in the fault mode and refused (7) only while armed."""
+    b = FakeBoard()
+    assert P.RESULTS[param_set(b, "watchdog_us", 10.5).result] == "bad request"
+    assert P.RESULTS[param_set(b, "watchdog_us", -0.5).result] == "bad request"
+    for name in ("pos_limit3", "vel_limit3"):
+        assert P.RESULTS[param_set(b, name, -1.0).result] == "out of range"
+        assert P.RESULTS[param_set(b, name, float("inf")).result] == "out of range"
+        q = param_set(b, name, 1e30)
+        assert (q.result, q.value) == (0, pytest.approx(1e30))
+    info = b.request(P.Hello(), P.Info)
+    assert info.n_channels == 1 and info.pos_limit[3] == pytest.approx(1e30)
+    # into the fault mode (the watchdog), then the safety settings
+    b.arm()
+    b.tick(4)
+    assert b.last_state().mode == P.MODE_FAULT
+    for name, value in (("watchdog_us", 4 * PERIOD), ("pos_limit0", 100.0),
+                        ("vel_limit0", 100.0), ("control_source", 0)):
+        assert param_set(b, name, value).result == 0
+    assert b.request(P.Disarm(), P.Ack).result == 0
+    b.arm()
+    assert P.RESULTS[param_set(b, "pos_limit0", 5.0).result] == "not while armed"
+    assert param_set(b, "u_limit", 0.1).result == 0      # rw at any time
+
+
+def test_arm_while_armed_keeps_the_command_seq():
+    """ARM while armed changes nothing: an older COMMAND after it is still
+    stale; DISARM and a fresh ARM forget the seq."""
+    b = FakeBoard(watchdog_us=100000)
+    b.arm()
+    b.tick()
+    b.send(P.Command(0.01, 0, 0), seq=50)
+    b.arm()
+    b.send(P.Command(0.02, 0, 0), seq=10)
+    b.tick()
+    assert b.last_state().actuator == pytest.approx(0.01)
+    assert b.request(P.Heartbeat(), P.Status).stale_commands == 1
+    assert b.request(P.Disarm(), P.Ack).result == 0
+    b.arm()
+    b.tick()
+    b.send(P.Command(0.03, 0, 0), seq=10)
+    b.tick()
+    assert b.last_state().actuator == pytest.approx(0.03)
+
+
+def test_fresh_keys_on_the_state_seq_alone():
+    """FRESH: the command taken at a tick was accepted since the previous
+    tick and names the previous tick's STATE by seq; the echoed time only
+    decides acceptance (and the watchdog)."""
+    b = FakeBoard(watchdog_us=100000)
+    b.arm()
+    b.tick(3)
+    frames = b.frames()
+    (old_seq, old), (new_seq, new) = [(q, m) for q, m in frames if type(m) is P.State][-2:]
+    b.send(P.Command(0.01, old_seq, new.t_us))              # wrong seq, right time
+    b.tick()
+    (seq, state), = [(q, m) for q, m in b.frames() if type(m) is P.State]
+    assert not state.flags & P.FLAG_FRESH and state.actuator == pytest.approx(0.01)
+    b.send(P.Command(0.02, seq, old.t_us))                  # right seq, an older time
+    b.tick()
+    state = b.last_state()
+    assert state.flags & P.FLAG_FRESH and state.actuator == pytest.approx(0.02)
+    b.tick()                                                # holding it: not fresh
+    state = b.last_state()
+    assert not state.flags & P.FLAG_FRESH and state.actuator == pytest.approx(0.02)
+
+
 def test_a_device_to_host_type_sent_to_the_device_is_a_bad_frame():
     b = FakeBoard()
     echo = P.encode(P.State(1, 2, 3, 0.0, 0, 0, 0, (1,), (2,)), 0)
