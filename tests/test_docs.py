@@ -45,7 +45,6 @@ WORK_LOG = [
     ("a numbered pass", re.compile(r"\b\d+(st|nd|rd|th)\s+pass\b", re.I)),
     ("who ran it", re.compile(r"\bthe lead\b", re.I)),
     ("an issue number", re.compile(r"\bissues?\s+#?\d+", re.I)),
-    ("an issue number", re.compile(r"(?<![\w&/`])#\d+\b")),
     ("a date of work", re.compile(rf"\b({MONTHS})\.?\s+\d{{1,2}}\b")),
     ("a date of work", re.compile(rf"\b\d{{1,2}}\s+({MONTHS})\b")),
     ("a date of work", re.compile(r"\b20\d\d-\d\d-\d\d\b")),
@@ -55,8 +54,11 @@ WORK_LOG = [
 SESSION = re.compile(r"\bsessions?\b", re.I)
 # "session" as ONNX Runtime's word (export/session.py, PolicySession, an onnxruntime session)
 SESSION_OK = re.compile(r"(onnx\w*|onnxruntime|tuned|default|inference)\s+session|"
-                        r"session(\.py|\.run|\.intra_op|\s+helper)|\w+Session|"
+                        r"session(\.py|\.run|\.intra_op|\s+helper)|\w+Session|\.session\b|"
                         r"\bone session is\b", re.I)
+# "#16" as an issue, outside code spans (`USAT #16` is an instruction's immediate)
+ISSUE_REF = re.compile(r"(?<![\w&/])#\d+\b")
+CODE_SPAN = re.compile(r"`[^`]*`")
 
 
 def work_log_reason(line: str) -> str | None:
@@ -64,6 +66,8 @@ def work_log_reason(line: str) -> str | None:
     for reason, pattern in WORK_LOG:
         if pattern.search(line):
             return reason
+    if ISSUE_REF.search(CODE_SPAN.sub("", line)):
+        return "an issue number"
     if SESSION.search(SESSION_OK.sub("", line)):
         return "a working session"
     return None
@@ -75,7 +79,8 @@ def test_work_log_detector_on_known_lines():
            "(§5, second session)", "see #16", "measured at 10:29 UTC", "Dec 1 10:29"]
     clean = ["The tuned session gains over the default one", "`export/session.py`",
              "pass the flag `--overlap false`", "#include <x.h>", "bypass 12 steps",
-             "the sixth of the six categories", "`PolicySession(...)`, one ONNX session"]
+             "the sixth of the six categories", "`PolicySession(...)`, one ONNX session",
+             "`VCVT.S32.F32` and `USAT #16`", "from grpo_ctrl.export.session import PolicySession"]
     assert all(work_log_reason(s) for s in log), [s for s in log if not work_log_reason(s)]
     assert not any(work_log_reason(s) for s in clean), [s for s in clean if work_log_reason(s)]
 
