@@ -3,17 +3,18 @@
 Every field carries its one-line documentation (and, for a choice, its allowed
 values) in its metadata; ``grpo-ctrl train --help``, the config-file check
 and ``check_config`` all read them from there. The dataclass defaults are the
-gym pendulum's but for its discount and advantage scale; ``SYSTEM_DEFAULTS``
-holds what each plant changes.
+gym pendulum's but for its discount and advantage scale; what each preset
+changes lives in ``grpo_ctrl/presets.py`` (``SYSTEM_DEFAULTS`` here).
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field, fields
 
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.option_types import MAX_SECONDS, MAX_SEED, describe_range, in_range
+from grpo_ctrl.presets import (LONG_BUDGET_DEFAULTS, TRAINING_DEFAULTS,  # noqa: F401
+                              long_budget_defaults, training_defaults)
 
 
 def two_cores() -> bool:
@@ -203,94 +204,15 @@ class GRPOConfig:
 # field name -> allowed values, for the fields that are a choice
 CHOICES = {f.name: f.metadata["choices"] for f in fields(GRPOConfig) if f.metadata.get("choices")}
 
-# Per-plant defaults: what each plant changes from the dataclass defaults.
-SYSTEM_DEFAULTS = {
-    # a longer look-ahead than gamma 0.98 (which alone costs 2.9 below the optimum), and centred
-    # returns unscaled: scaled by each group's std, gamma 0.99 fell 51 below (docs/grpo.md §9);
-    # 3 seeds, paired: -7.8 ± 0.3 below the optimum at 2,400 iterations, against -10.9 ± 0.4;
-    # a noise floor of -0.5: below it long runs lose the swing-up from hanging down
-    # (9,600 iterations, seeds 0-2: -15.0, -33.9, -20.5 below the optimum without it,
-    # -6.6, -7.3, -11.5 with it; docs/grpo.md §9, fourth pass);
-    # log std from the floor, and saturated loss steps without advantage: 2,400 iterations,
-    # seeds 0-2, paired: +1.23, +1.43, +1.37 (s.e. 0.5-0.6 each) on the default before,
-    # -7.0 below the optimum against -8.4, most of it on the hanging starts; with overlap
-    # +0.72, -0.07, +0.19 (no difference); at 9,600 iterations +2.4 to +5.1 on every seed
-    # (seed 1 with overlap: -4.8 against -8.7): long runs no longer stall (fifth pass)
-    # 64 random Fourier features (scale 3) and lr 1.5e-3: real 30 s, seeds 0-2, paired
-    # with the default before: +2.6, +1.3, +0.9 (s.e. 0.6 each); real 120 s: +3.0, +3.3,
-    # +3.6 (s.e. 0.4-0.5), 1.2-1.6 below the optimum against 4.6-5.0. Fitted to the
-    # optimum's commands the same 64 x 2 network is 0.0 below it after 21 s of fitting on
-    # them, 4.3 below after 23 s on the raw observation (docs/grpo.md §9, eighth pass)
-    # hidden 32: 1.3 x the iterations a second (the update 0.68 x, the rollout 0.83 x); real
-    # 120 s, interleaved with hidden 64 by seed, seeds 0-4, paired: +0.5, +1.0, +2.2, -0.3,
-    # +1.2 (s.e. 0.2-0.5), +0.9 ± 0.4, 1.4-2.6 below the optimum against 1.2-4.8; real 30 s:
-    # +0.5 ± 0.6 (no difference); at a fixed 8,000 iterations a little worse (docs/grpo.md
-    # §9, tenth and eleventh passes)
-    ("pendulum", "gym"): {"gamma": 0.99, "adv_scale": "none", "log_std_min": -0.5,
-                          "log_std_init": -0.5, "saturated": 3.0, "features": 64,
-                          "feature_scale": 3.0, "lr": 1.5e-3, "hidden": 32},
-    # 200 Hz control: hold training actions for 4 steps (50 Hz decisions, 2 s horizon)
-    # w_du: smooth commands for a real motor (docs/robustness.md §5: 0.1 against 0.02,
-    # one seed each, drawn plants: realistic row 100% vs 96.5%, less chatter); w_smooth:
-    # without it the balanced policy hunts around an encoder step (du sign changes
-    # 2-23% of steps by seed); the gain term alone lets a push be answered at once (§5,
-    # second session), and 0.1 of it, with pushes in training (randomize.py), catches
-    # them nearly as swing-up + LQR does (paired -0.11 to +0.00, s.e. 0.03-0.07, 8 runs).
-    # deploy calm: a policy of the run's last quarter whose command chatters no more than
-    # swing-up + LQR's. The best evaluation's came from iterations 120-170 and chattered
-    # (11-14% on two seeds of three); the final ones hunt on four real 60 s runs of five
-    # (8.5-12.8%), and policies ten iterations apart chatter at 3% and 13% at one return
-    # (docs/robustness.md §5, fifth session)
-    ("pendulum", "rig"): {"action_repeat": 4, "horizon": 100, "loss_steps": 50, "gamma": 0.99,
-                          "time_budget": 60.0, "eval_every": 10.0, "eval_episodes": 50,
-                          "w_du": 0.1, "w_smooth": 0.1, "smooth_terms": "spatial",
-                          "deploy": "calm"},
-    ("cartpole", "gym"): {"horizon": 128, "loss_steps": 64, "gamma": 0.99, "time_budget": 30.0,
-                          "eval_every": 5.0},
-    ("cartpole", "swingup"): {"horizon": 160, "loss_steps": 80, "gamma": 0.99,
-                              "time_budget": 60.0, "eval_every": 5.0, "eval_episodes": 50},
-    # 500 Hz control: hold each training action for 5 steps (100 Hz decisions), so that
-    # exploration noise is not averaged away within the pendulum's time constant; the
-    # deployed controller still acts every step. Without it: 0 % success after 300 s.
-    # lr 1.5e-3: with overlap, 100 % success on both seeds tried (2e-3: 97 % and 100 %)
-    # log_std_init -0.5: balancing is learnt only once the noise is small, and Adam lowers
-    # log std by ~1e-3 per iteration: from 0, in-training success came at 600-750 of the
-    # ~760 iterations of 60 s (a quiet 60 s run of seed 2 ended at 0 %). Real 60 s runs,
-    # load 1-2, seeds 0-2: from -0.5 100/100/100 % held out; from -1 2.9/100/100 %
-    # (docs/grpo.md §9)
-    ("furuta", "qube-servo2"): {"action_repeat": 5, "horizon": 120, "loss_steps": 60,
-                                "gamma": 0.99, "lr": 1.5e-3, "log_std_init": -0.5,
-                                "time_budget": 120.0,
-                                "eval_every": 20.0, "eval_episodes": 50, "w_du": 0.02,
-                                "w_smooth": 0.3},  # seeds 0-2: chatter 6.0% vs 10.0% without
-}
-
-
-# For a run of at least this many seconds, these replace a plant's defaults (where the
-# command line and the config file leave them):
-LONG_BUDGET_DEFAULTS = {
-    # gamma 0.995 halves gamma 0.99's own bound on the starts that do not hang down (0.85 to
-    # 0.40 below the optimum), and twice the starts keep the swing-up from hanging down, which
-    # gamma 0.995 alone loses. Real 120 s, seeds 0-7, paired with the 30 s defaults: +0.3, +0.8,
-    # +0.4, +0.7, +0.5, +0.3, +1.0, +0.6 (s.e. 0.2-0.4), +0.58 ± 0.09, 0.24-0.70 below the
-    # optimum, every seed within 1, against 0.61-1.52 (three of eight not); at real 30 s no
-    # gain (-0.6 ± 0.6 and -0.5 ± 0.3), so short runs keep gamma 0.99 and 32 starts
-    # (docs/grpo.md §9, eleventh and twelfth passes)
-    ("pendulum", "gym"): (120.0, {"gamma": 0.995, "num_starts": 64}),
-}
-
-
-def long_budget_defaults(system: str, preset: str, time_budget: float) -> dict:
-    """The plant's ``LONG_BUDGET_DEFAULTS`` where ``time_budget`` reaches their threshold."""
-    seconds, longer = LONG_BUDGET_DEFAULTS.get((system, preset), (math.inf, {}))
-    return dict(longer) if time_budget >= seconds else {}
+# What each plant changes from the dataclass defaults, and what a long run changes on top:
+# grpo_ctrl/presets.py, the one home of per-preset settings.
+SYSTEM_DEFAULTS = TRAINING_DEFAULTS
 
 
 def default_config(system: str, preset: str, time_budget: float = 0.0) -> GRPOConfig:
     """The plant's defaults (``SYSTEM_DEFAULTS``), and for a ``time_budget`` of at least a
     plant's ``LONG_BUDGET_DEFAULTS`` threshold, those on top."""
-    return GRPOConfig(**{**SYSTEM_DEFAULTS.get((system, preset), {}),
-                         **long_budget_defaults(system, preset, time_budget)})
+    return GRPOConfig(**training_defaults(system, preset, time_budget))
 
 
 def check_config(cfg: GRPOConfig) -> None:

@@ -3,9 +3,9 @@
 Every environment of a ``BatchSim`` built with a ``Randomization`` gets a new
 plant at each reset and autoreset, drawn in C from its own counter-based RNG
 (so a branch copies its plant with its state, and a seed reproduces every
-draw). This module holds the ranges, the defaults a real rig needs, and the
-``[randomize]`` table of a config file; ``grpo_ctrl.sim`` turns them into
-the C model's absolute ranges.
+draw). This module holds the ranges and the ``[randomize]`` table of a config
+file (the defaults a real rig needs are in ``grpo_ctrl.presets``);
+``grpo_ctrl.sim`` turns them into the C model's absolute ranges.
 
 >>> r = Randomization(params=0.3, delay=(1, 2), motor_k=(0.5, 1.0))
 >>> sim = BatchSim("pendulum", 4096, preset="rig", randomize=r)
@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 from grpo_ctrl.errors import UserError
+from grpo_ctrl.presets import RANDOMIZATION
 
 # g is the one parameter no rig gets wrong
 FIXED_PARAMS = ("g",)
@@ -173,25 +174,10 @@ def with_overrides(base: "Randomization", overrides: list[str]) -> "Randomizatio
     return Randomization.from_table(table, base)
 
 
-# What a real rig needs (docs/robustness.md gives the reasons). The gym
-# presets have no entry: they stay Gymnasium's environments exactly.
-DEFAULTS = {
-    ("pendulum", "rig"): Randomization(
-        params=0.35, delay=(0, 3), motor_k=(0.4, 1.0), torque_noise=(0.0, 0.03),
-        offset=0.01, push_rate=2.0, push=(0.0, 2.0), push_steps=10,
-        scale={"m": (0.5, 1.5), "l": (0.5, 1.5)}, absolute={"fc": (0.0, 0.012)},
-        noise_std={"theta": 0.002, "theta_dot": 0.05}),
-    ("furuta", "qube-servo2"): Randomization(
-        params=0.35, delay=(0, 3), motor_k=(0.4, 1.0), torque_noise=(0.0, 0.02),
-        offset=0.01, push_rate=0.2, push=(0.0, 0.1), push_steps=10,
-        noise_std={"theta": 0.002, "alpha": 0.002, "theta_dot": 0.05, "alpha_dot": 0.05}),
-}
-
-
 def default_randomization(system: str, preset: str) -> Randomization:
     """The ranges ``system``/``preset`` trains with by default (nothing drawn for
-    the gym presets)."""
-    return DEFAULTS.get((system, preset), Randomization())
+    the gym presets; ``grpo_ctrl.presets.RANDOMIZATION``)."""
+    return Randomization(**RANDOMIZATION.get((system, preset), {}))
 
 
 # ``train --plant``: how far around a fitted value its range reaches

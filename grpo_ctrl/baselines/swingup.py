@@ -40,6 +40,7 @@ from grpo_ctrl.baselines import portable
 from grpo_ctrl.baselines.lqr import LQRDesign, design, obs_to_state
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.plant import PlantSpec
+from grpo_ctrl.presets import SWINGUP
 from grpo_ctrl.sim import BatchSim
 
 
@@ -52,23 +53,6 @@ class SwingUpParams:
     accel_limit: float = 0.0   # cart/arm: cap on the pumping acceleration (m/s^2, rad/s^2)
     centre_freq: float = 0.0   # cart/arm: natural frequency of the centring PD, rad/s
     centre_damping: float = 1.0  # and its damping ratio
-
-
-# tuned on the batched simulator; `grpo-ctrl baselines` reports the result
-TUNING = {
-    ("pendulum", "gym"): SwingUpParams(k_energy=50.0, energy_margin=0.0, region_level=3.0),
-    ("pendulum", "rig"): SwingUpParams(k_energy=50.0, energy_margin=0.02, region_level=10.0),
-    # Gymnasium's CartPole ends at 12 degrees: LQR must own all of that
-    ("cartpole", "gym"): SwingUpParams(k_energy=10.0, accel_limit=5.0, centre_freq=1.0,
-                                       centre_damping=0.7, energy_margin=0.02,
-                                       region_level=100.0),
-    ("cartpole", "swingup"): SwingUpParams(k_energy=10.0, accel_limit=5.0, centre_freq=1.0,
-                                           centre_damping=0.7, energy_margin=0.02,
-                                           region_level=10.0),
-    ("furuta", "qube-servo2"): SwingUpParams(k_energy=1e4, accel_limit=50.0,
-                                             centre_freq=3.0, energy_margin=0.02,
-                                             region_level=10.0),
-}
 
 
 class SwingUpLQR(nn.Module, abc.ABC):
@@ -236,9 +220,9 @@ def make_swingup_lqr(system: str, preset: str | None = None,
     sim = BatchSim(system, 1, preset)
     spec = sim.spec
     if tuning is None:
-        tuning = TUNING.get((system, spec.preset))
-    if tuning is None:
-        raise ValueError(f"no swing-up tuning for {system}/{spec.preset}; pass one "
-                         f"(known: {sorted(TUNING)})")
+        if (system, spec.preset) not in SWINGUP:
+            raise ValueError(f"no swing-up tuning for {system}/{spec.preset}; pass one or add "
+                             f"it to grpo_ctrl/presets.py (known: {sorted(SWINGUP)})")
+        tuning = SwingUpParams(**SWINGUP[(system, spec.preset)])
     params = dict(zip(spec.param_names, (float(v) for v in sim.get_state()["param"][0])))
     return _CLASSES[system](spec, design(system, spec.preset), params, tuning)

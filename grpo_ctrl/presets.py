@@ -1,0 +1,127 @@
+"""What Python knows of each plant preset, in one place.
+
+A preset's physics (parameters, limits, start box, noise) lives in C
+(``csrc/plants.c``); everything else Python tunes per plant is here, as plain
+data: the training defaults, the randomisation ranges, the swing-up tuning
+and the identification settings. Adding a preset touches its C entry and,
+where it differs from the generic defaults, this file. The modules that use
+the tables build their objects from them (``grpo_config.default_config``,
+``randomize.default_randomization``, ``baselines.swingup.make_swingup_lqr``,
+``sysid.model_for``); this module imports none of them.
+
+The evidence behind every value is in ``docs/research.md`` (sections named
+below as §N) and ``docs/robustness.md``.
+"""
+from __future__ import annotations
+
+import math
+
+# ---------------------------------------------------------------- training
+# What each preset changes from GRPOConfig's defaults (the gym pendulum's but
+# for its discount and advantage scale).
+TRAINING_DEFAULTS = {
+    # gamma 0.99 with unscaled centred returns (research §2, §3); the noise floor and start
+    # (§6); saturated steps without advantage (§6); 64 Fourier features at lr 1.5e-3 (§10);
+    # hidden 32 (§11)
+    ("pendulum", "gym"): {"gamma": 0.99, "adv_scale": "none", "log_std_min": -0.5,
+                          "log_std_init": -0.5, "saturated": 3.0, "features": 64,
+                          "feature_scale": 3.0, "lr": 1.5e-3, "hidden": 32},
+    # 200 Hz control held 4 steps (50 Hz decisions); smooth commands (w_du, w_smooth) and the
+    # calm deployed policy for a real motor (research §15, robustness.md §3)
+    ("pendulum", "rig"): {"action_repeat": 4, "horizon": 100, "loss_steps": 50, "gamma": 0.99,
+                          "time_budget": 60.0, "eval_every": 10.0, "eval_episodes": 50,
+                          "w_du": 0.1, "w_smooth": 0.1, "smooth_terms": "spatial",
+                          "deploy": "calm"},
+    ("cartpole", "gym"): {"horizon": 128, "loss_steps": 64, "gamma": 0.99, "time_budget": 30.0,
+                          "eval_every": 5.0},
+    ("cartpole", "swingup"): {"horizon": 160, "loss_steps": 80, "gamma": 0.99,
+                              "time_budget": 60.0, "eval_every": 5.0, "eval_episodes": 50},
+    # 500 Hz control held 5 steps (100 Hz decisions: 0 % success without), lr 1.5e-3 and
+    # log std from -0.5, smooth commands (research §15)
+    ("furuta", "qube-servo2"): {"action_repeat": 5, "horizon": 120, "loss_steps": 60,
+                                "gamma": 0.99, "lr": 1.5e-3, "log_std_init": -0.5,
+                                "time_budget": 120.0,
+                                "eval_every": 20.0, "eval_episodes": 50, "w_du": 0.02,
+                                "w_smooth": 0.3},
+}
+
+# For a run of at least this many seconds, these replace a preset's training defaults (where
+# the command line and the config file leave them): gamma 0.995 and 64 starts (research §12)
+LONG_BUDGET_DEFAULTS = {
+    ("pendulum", "gym"): (120.0, {"gamma": 0.995, "num_starts": 64}),
+}
+
+
+def training_defaults(system: str, preset: str, time_budget: float = 0.0) -> dict:
+    """The preset's ``TRAINING_DEFAULTS``, with its ``LONG_BUDGET_DEFAULTS`` on top where
+    ``time_budget`` reaches their threshold."""
+    return {**TRAINING_DEFAULTS.get((system, preset), {}),
+            **long_budget_defaults(system, preset, time_budget)}
+
+
+def long_budget_defaults(system: str, preset: str, time_budget: float) -> dict:
+    """The preset's ``LONG_BUDGET_DEFAULTS`` where ``time_budget`` reaches their threshold."""
+    seconds, longer = LONG_BUDGET_DEFAULTS.get((system, preset), (math.inf, {}))
+    return dict(longer) if time_budget >= seconds else {}
+
+
+# ---------------------------------------------------------------- randomisation
+# What a real rig trains on (``randomize.Randomization`` fields; robustness.md §1-2 gives
+# the reasons). The gym presets have no entry: they stay Gymnasium's environments exactly.
+RANDOMIZATION = {
+    ("pendulum", "rig"): dict(
+        params=0.35, delay=(0, 3), motor_k=(0.4, 1.0), torque_noise=(0.0, 0.03),
+        offset=0.01, push_rate=2.0, push=(0.0, 2.0), push_steps=10,
+        scale={"m": (0.5, 1.5), "l": (0.5, 1.5)}, absolute={"fc": (0.0, 0.012)},
+        noise_std={"theta": 0.002, "theta_dot": 0.05}),
+    ("furuta", "qube-servo2"): dict(
+        params=0.35, delay=(0, 3), motor_k=(0.4, 1.0), torque_noise=(0.0, 0.02),
+        offset=0.01, push_rate=0.2, push=(0.0, 0.1), push_steps=10,
+        noise_std={"theta": 0.002, "alpha": 0.002, "theta_dot": 0.05, "alpha_dot": 0.05}),
+}
+
+# ---------------------------------------------------------------- swing-up
+# ``baselines.swingup.SwingUpParams`` fields, tuned on the batched simulator;
+# `grpo-ctrl baselines` reports the result.
+SWINGUP = {
+    ("pendulum", "gym"): dict(k_energy=50.0, energy_margin=0.0, region_level=3.0),
+    ("pendulum", "rig"): dict(k_energy=50.0, energy_margin=0.02, region_level=10.0),
+    # Gymnasium's CartPole ends at 12 degrees: LQR must own all of that
+    ("cartpole", "gym"): dict(k_energy=10.0, accel_limit=5.0, centre_freq=1.0,
+                              centre_damping=0.7, energy_margin=0.02, region_level=100.0),
+    ("cartpole", "swingup"): dict(k_energy=10.0, accel_limit=5.0, centre_freq=1.0,
+                                  centre_damping=0.7, energy_margin=0.02, region_level=10.0),
+    ("furuta", "qube-servo2"): dict(k_energy=1e4, accel_limit=50.0, centre_freq=3.0,
+                                    energy_margin=0.02, region_level=10.0),
+}
+
+# ---------------------------------------------------------------- identification
+# Per plant (every preset of a plant shares its fit; docs/sysid.md): the parameters the fit
+# solves for, those it takes as known, and how it filters and refines.
+SYSID = {
+    "pendulum": dict(
+        names=("m", "l", "b", "fc", "offset"),
+        lows=(1e-6, 1e-6, 0.0, 0.0, -math.inf),
+        floors=(1e-3, 1e-3, 1e-3, 1e-3, 1e-2),  # finite-difference steps' floors
+        negligible=(1e-4, 1e-4, 1e-4, 1e-4),   # standard errors below this are no warning
+        cutoff_hz=8.0,            # Butterworth cutoff of the derivative filter
+        fd_step=1e-4,             # relative finite-difference step of the refinement
+        window_s=1.0,             # simulation-error windows
+        long_window_s=None,       # no second, long-window stage (1 s windows fit within 1.2 %)
+        known_names=("g",),
+        positive=("m", "l"),      # a least-squares answer without these is no plant
+        offset_of="theta"),
+    "furuta": dict(
+        names=("km", "lr", "jr", "dr", "lp", "jp", "dp", "offset"),
+        lows=(1e-6, 1e-6, 0.0, 0.0, 1e-6, 0.0, 0.0, -math.inf),
+        floors=None,              # the preset's values (and 1e-2 for the offset)
+        negligible=None,          # 1 % of the floors
+        cutoff_hz=15.0,           # the arm under its holding loop moves faster than the rod
+        fd_step=1e-3,             # a larger step: dr and dp barely move the angles
+        window_s=2.0,             # the dampings act slowly (2 s windows halved the worst
+                                  # dr and dp errors of 1 s ones on simulated 40 s logs)
+        long_window_s=math.inf,   # then each piece one window (docs/sysid.md)
+        known_names=("g", "mp", "rm", "mr"),
+        positive=("km", "lr", "lp"),
+        offset_of="alpha"),
+}
