@@ -10,7 +10,9 @@ passes and who ran what belong), and firmware_bridge/*.md. Checked here:
 * README: no table cell over 400 characters; every row of a table with a ``command``
   column names a command (``grpo-ctrl``, ``python`` or ``pytest``) and a CPU model;
 * docs/grpo.md's settings table lists exactly the fields of ``GRPOConfig``;
-* every image a doc shows exists, and every image under docs/ is shown by a user doc.
+* every image a doc shows exists, and every image under docs/ is shown by a user doc;
+* every "docs/x.md §N" or "research §N" mention, in the docs and in the code, names a
+  numbered section that exists.
 """
 from __future__ import annotations
 
@@ -192,6 +194,42 @@ def test_images_exist_and_every_image_is_shown():
     unshown = [p.name for p in sorted((ROOT / "docs").glob("*.png")) if p.resolve() not in shown]
     assert not bad, "\n".join(bad)
     assert not unshown, f"images under docs/ that no user doc shows: {unshown}"
+
+
+SECTION_REF = re.compile(r"(?:(?:docs/|firmware_bridge/)?(\w+)\.md|\b(research)) §(\d+)")
+
+
+def sections(name: str) -> set[int] | None:
+    """The numbered ``## N.`` sections of the doc ``name`` (research, grpo, ...), or None."""
+    for folder in ("docs", "firmware_bridge", "."):
+        path = ROOT / folder / f"{name}.md"
+        if path.exists():
+            return {int(n) for n in re.findall(r"^## (\d+)\.", path.read_text(), re.M)}
+    return None
+
+
+def section_reference_errors(paths) -> list[str]:
+    bad = []
+    for path in paths:
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            for m in SECTION_REF.finditer(line):
+                name, number = m.group(1) or m.group(2), int(m.group(3))
+                found = sections(name)
+                if found is not None and number not in found:
+                    bad.append(f"{path.relative_to(ROOT)}:{n}: {m.group(0)}: no such section")
+    return bad
+
+
+def test_section_references_in_docs():
+    bad = section_reference_errors(user_docs() + [RESEARCH])
+    assert not bad, "\n".join(bad)
+
+
+def test_section_references_in_code():
+    code = [p for folder in ("grpo_ctrl", "export", "firmware_bridge", "tests", "benchmarks")
+            for p in sorted((ROOT / folder).rglob("*.py"))]
+    bad = section_reference_errors(code)
+    assert not bad, "\n".join(bad)
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/grpo.md", "docs/research.md"])
