@@ -231,6 +231,17 @@ def serve_hil(config: HilConfig | None = None, **fields):
         server.close()
 
 
+def default_stop_signals() -> None:
+    """SIGINT, SIGTERM and SIGHUP back to their default action: a child's
+    ``preexec_fn``, so that a child started from a job that ignores SIGINT
+    (``nohup ... &``: POSIX shells start background jobs so, and an exec keeps
+    an ignored signal ignored) starts as from a terminal."""
+    import signal
+
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+
+
 def spawn_hil(*cli_args: str):
     """``grpo-ctrl hil`` in its own process (its own GIL and scheduling):
     returns ``(process, port)`` once the port is ready. Arguments as on the
@@ -240,7 +251,8 @@ def spawn_hil(*cli_args: str):
     import sys
 
     process = subprocess.Popen([sys.executable, "-m", "grpo_ctrl.cli", "hil", *cli_args],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=default_stop_signals)
     port = process.stdout.readline().strip()
     if not port.startswith("/"):
         process.kill()

@@ -201,6 +201,9 @@ def _lock_memory() -> bool:
 
 # ---------------------------------------------------------------------- CLI
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = ("SIGINT, SIGTERM and SIGHUP end the run safely (zero command, DISARM, log "
+                "written); the handlers are installed before the port opens, and a signal the "
+                "parent ignores (SIGINT under `nohup ... &`) stays ignored until then.")
     p.add_argument("--port", required=True,
                    help="serial device path (/dev/ttyACM0, the path `grpo-ctrl hil` prints) or a "
                         "pyserial URL (socket://host:port, rfc2217://...)")

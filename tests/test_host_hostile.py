@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from grpo_ctrl.firmware_bridge import protocol as P
-from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil
+from grpo_ctrl.firmware_bridge.hil import HilConfig, default_stop_signals, serve_hil
 from grpo_ctrl.firmware_bridge.host import run_loop
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.firmware_bridge.link import await_frame, handshake
@@ -322,7 +322,7 @@ def test_sigint_ends_a_run_against_a_jumping_device(swingup, tmp_path):
         p = subprocess.Popen(CLI + ["run", "--port", device.port, "--policy", str(swingup),
                                     "--duration", "30", "--log", str(tmp_path / "j.csv"),
                                     "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+                             text=True, preexec_fn=default_stop_signals)
         deadline = time.monotonic() + 30
         while device.hostile_at is None and time.monotonic() < deadline:
             time.sleep(0.05)

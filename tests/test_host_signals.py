@@ -1,7 +1,13 @@
 """Every signal that ends ``grpo-ctrl run`` (SIGINT: Ctrl-C; SIGTERM: timeout,
 systemd, docker; SIGHUP: the terminal closed), in every phase of the run,
 ends with the actuator at zero and the device disarmed (or never armed),
-a non-zero exit status, and the log and plot written once the loop began."""
+a non-zero exit status, and the log and plot written once the loop began.
+
+Each child starts with the three signals at their default action
+(``default_stop_signals``), as from a terminal, whatever this process
+inherited: a suite started with ``nohup ... &`` runs with SIGINT ignored, and
+an ignored SIGINT stays ignored across exec until ``run`` installs its
+handlers."""
 import json
 import signal
 import subprocess
@@ -12,7 +18,7 @@ import numpy as np
 import pytest
 
 from grpo_ctrl.firmware_bridge import protocol as P
-from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil
+from grpo_ctrl.firmware_bridge.hil import HilConfig, default_stop_signals, serve_hil
 
 CLI = [sys.executable, "-m", "grpo_ctrl.cli"]
 START = dict(system="pendulum", preset="rig", angle0=0.1, hold_until_armed=True, watchdog_ms=50)
@@ -45,7 +51,8 @@ def test_a_signal_in_any_phase_leaves_the_device_disarmed(swingup, tmp_path, pha
     with serve_hil(HilConfig(**START)) as hil:
         p = subprocess.Popen(CLI + ["run", "--port", hil.port, "--policy", str(swingup),
                                     "--duration", str(duration), "--log", str(log), "--json"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=default_stop_signals)
         assert wait_for(lambda: ready(hil, p)), phase
         alive = p.poll() is None
         p.send_signal(sig)
