@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 
 import numpy as np
 
-from grpo_ctrl.export import metadata
+from grpo_ctrl.export import metadata, onnx_version
 from grpo_ctrl.export.onnx_export import load_onnx
 from grpo_ctrl.errors import UserError
 
@@ -36,6 +37,9 @@ def _shape(value) -> list:
 def run(args) -> int:
     model = load_onnx(args.onnx)
     meta = describe(model)
+    too_new = onnx_version.newer_than_runtime(model)
+    if too_new:  # one line, on stderr: the metadata still prints
+        print(f"note: {too_new}", file=sys.stderr)
     if args.json:
         print(json.dumps(meta, indent=2))
         return 0

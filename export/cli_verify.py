@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from grpo_ctrl.export.cli_export import add_source_arguments, controller_from_args
+from grpo_ctrl.export import onnx_version
 from grpo_ctrl.export.cli_inspect import describe
 from grpo_ctrl.export.onnx_export import load_onnx, source_of
 from grpo_ctrl.export.verify import verify
@@ -38,6 +39,9 @@ def check_plant(meta: dict, spec) -> None:
 def run(args) -> int:
     model = load_onnx(args.onnx)
     meta = describe(model)
+    too_new = onnx_version.newer_than_runtime(model)
+    if too_new:
+        raise UserError(too_new)
     # a baseline named without --system is taken for the file's own plant
     controller, name = controller_from_args(args, meta.get("system"), meta.get("preset"))
     check_plant(meta, controller.spec)

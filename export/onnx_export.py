@@ -20,7 +20,7 @@ from pathlib import Path
 import onnx
 import torch
 
-from grpo_ctrl.export import metadata
+from grpo_ctrl.export import metadata, onnx_version
 from grpo_ctrl.files import atomic_write
 from grpo_ctrl.export.verify import Verification, verify
 from grpo_ctrl.errors import UserError
@@ -43,6 +43,7 @@ def to_onnx(controller, opset: int = OPSET) -> onnx.ModelProto:
                           dynamic_axes={INPUT: {0: "batch"}, OUTPUT: {0: "batch"}},
                           do_constant_folding=True)
     model = onnx.load_from_string(buf.getvalue())
+    onnx_version.fit_to_runtime(model)  # an IR version the installed onnxruntime reads
     model.doc_string = (f"grpo-ctrl controller for {spec.system}/{spec.preset}: "
                         f"obs ({', '.join(spec.obs_names)}) -> {spec.action_name} "
                         f"[{spec.action_unit}] in [-{spec.u_max:g}, {spec.u_max:g}]")

@@ -103,6 +103,11 @@ def verify(model: onnx.ModelProto, controller, samples: int = SAMPLES, seed: int
     ``.ok``)."""
     import onnxruntime as ort
 
+    from grpo_ctrl.export.onnx_version import newer_than_runtime
+
+    too_new = newer_than_runtime(model)
+    if too_new:
+        raise UserError(too_new)
     check_graph(model)
     spec = controller.spec
     obs = operating_observations(spec.system, spec.preset, samples, seed)

@@ -12,9 +12,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-import torch
 
-from grpo_ctrl.export import metadata
+torch = pytest.importorskip("torch", reason="needs the [train] extra (torch)")
+
+from grpo_ctrl.export import metadata, onnx_version
 from grpo_ctrl.export.c_build import CPolicy, check_c, compile_shared, host_cc
 from grpo_ctrl.export.c_codegen import generate_c, write_c
 from grpo_ctrl.export.onnx_export import export_onnx, to_onnx
@@ -470,7 +471,7 @@ def test_c_generator_names_an_unsupported_op():
          helper.make_node("ReduceMax", ["s"], ["action"], keepdims=1)], "g",
         [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", 3])],
         [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["batch", 1])])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model = onnx_version.make_model(g, opset=17)
     with pytest.raises(UserError, match="op Softmax"):
         generate_c(model)
 
@@ -545,7 +546,7 @@ def test_session_refuses_foreign_and_misshapen_models(tmp_path):
             [helper.make_node("ReduceSum", ["obs"], ["action"], keepdims=1)], "g",
             [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", width_in])],
             [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["batch", width_out])])
-        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        model = onnx_version.make_model(g, opset=17)
         if meta:
             metadata.write(model, metadata.for_controller(EnergyBangBang(), "x", "0"))
         onnx.save(model, str(tmp_path / name))
@@ -608,7 +609,7 @@ def test_cli_inspect_and_verify_refuse_what_is_not_a_controller(tmp_path, capsys
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])])
     foreign = tmp_path / "foreign.onnx"
-    onnx.save(helper.make_model(g), str(foreign))
+    onnx.save(onnx_version.make_model(g), str(foreign))
     _fails_cleanly(["inspect", str(foreign)], capsys, "not a grpo-ctrl controller")
     _fails_cleanly(["verify", str(foreign), "--controller", "lqr"], capsys,
                    "not a grpo-ctrl controller")
@@ -626,3 +627,32 @@ def test_cli_verify_tells_match_from_mismatch(trained_run, tmp_path, capsys):
     # another plant: refused before comparing
     export_onnx(TinyPolicy("cartpole"), out, source="tiny")
     _fails_cleanly(["verify", str(out), str(trained_run)], capsys, "system = 'cartpole'")
+
+
+def test_exported_models_declare_what_the_runtime_reads(tmp_path, capsys):
+    """Every graph the project writes carries an IR version and opset the
+    installed onnxruntime reads; `inspect` and `verify` say in one line when
+    a file is newer than that (here: one IR version or one opset too new)."""
+    ir_version, opset = onnx_version.runtime_limits()
+    model, _ = export_onnx(EnergyBangBang(), tmp_path / "bb.onnx", source="bb")
+    assert model.ir_version <= ir_version
+    assert max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) <= opset
+    ort.InferenceSession(str(tmp_path / "bb.onnx"), providers=["CPUExecutionProvider"])
+    for field, value, words in (("ir_version", ir_version + 1, f"IR version {ir_version + 1}"),
+                                ("opset", opset + 1, f"opset {opset + 1}")):
+        newer = onnx.load(str(tmp_path / "bb.onnx"))
+        if field == "ir_version":
+            newer.ir_version = value
+        else:
+            next(o for o in newer.opset_import if o.domain in ("", "ai.onnx")).version = value
+        path = tmp_path / f"newer-{field}.onnx"
+        onnx.save(newer, str(path))
+        with pytest.raises(Exception):                    # the runtime itself refuses it
+            ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        assert main(["inspect", str(path)]) == 0          # the metadata still prints ...
+        out, err = capsys.readouterr()
+        assert "system" in out and len(err.strip().splitlines()) == 1   # ... and one line says why
+        assert "newer than the installed onnxruntime" in err and words in err
+        _fails_cleanly(["verify", str(path), "--controller", "lqr"], capsys, words)
+        with pytest.raises(UserError, match=words):
+            verify(newer, EnergyBangBang())
