@@ -12,9 +12,30 @@ and take the model overrides of ``BatchSim`` (``delay=2``,
 ``noise_std=[...]``, ...). Episodes end inside the simulator: ``truncated``
 comes at the preset's ``max_steps``, so do not add a ``TimeLimit`` wrapper.
 
->>> env = SimEnv("pendulum", preset="gym")
+Registered ids (``import grpo_ctrl`` registers them when gymnasium is
+installed; so does importing this module), one per plant, the preset a
+keyword (default: the plant's first), other keywords as ``SimEnv`` takes them:
+
+=============================  ==============================================
+``grpo_ctrl/Pendulum-v0``      ``preset="gym"`` (Pendulum-v1 exactly), ``"rig"``
+``grpo_ctrl/CartPole-v0``      ``preset="gym"`` (CartPole-v1, continuous force),
+                               ``"swingup"``
+``grpo_ctrl/Furuta-v0``        ``preset="qube-servo2"``
+=============================  ==============================================
+
+>>> import gymnasium as gym, grpo_ctrl
+>>> env = gym.make("grpo_ctrl/Furuta-v0", render_mode="rgb_array")
 >>> obs, info = env.reset(seed=0)
 >>> obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+>>> env.render().shape
+(500, 500, 3)
+
+Rendering follows Gymnasium's conventions: ``render_mode="rgb_array"``:
+``render()`` returns the current frame, 500 x 500 x 3 uint8
+(``grpo_ctrl.render.frame``: the plant, and the last command as a bar at the
+bottom); ``"human"``: each ``reset`` and ``step`` shows the frame in a
+matplotlib window at ``metadata["render_fps"]`` (the plant's control rate,
+at most 50; needs matplotlib, the train extra), and ``render()`` returns None.
 """
 from __future__ import annotations
 
@@ -59,15 +80,26 @@ class SimEnv(gymnasium.Env):
     ``reset(seed=s)`` reseeds the simulator's RNG (start states and sensor
     noise); ``reset(options={"state": x})`` starts from the state ``x``
     instead of a random draw. ``self.sim`` is the underlying ``BatchSim``
-    (one environment). Rendering is not provided."""
+    (one environment). ``render_mode``: None, ``"rgb_array"`` or ``"human"``
+    (the module's docstring)."""
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": ["human", "rgb_array"], "render_fps": 50}
 
-    def __init__(self, system: str = "pendulum", preset: str | None = None, **model):
+    def __init__(self, system: str = "pendulum", preset: str | None = None,
+                 render_mode: str | None = None, **model):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None or one of "
+                             f"{self.metadata['render_modes']}, got {render_mode!r}")
         self.sim = BatchSim(system, 1, preset=preset, **model)
         self.plant_spec = self.sim.spec
         self.observation_space, self.action_space = _spaces(self.sim)
         self._seeded = False
+        self.render_mode = render_mode
+        # an instance's own copy: the frame rate is the plant's control rate, at most 50
+        self.metadata = {**self.metadata,
+                         "render_fps": min(50, round(1.0 / self.plant_spec.dt))}
+        self._last_u = 0.0
+        self._window = None
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -79,6 +111,9 @@ class SimEnv(gymnasium.Env):
         if options and "state" in options:
             self.sim.set_state({"x": np.asarray(options["state"], dtype=float).reshape(1, -1)})
             obs = self.sim.observe()
+        self._last_u = 0.0
+        if self.render_mode == "human":
+            self._show()
         return obs[0].copy(), {}
 
     def step(self, action):
@@ -87,7 +122,52 @@ class SimEnv(gymnasium.Env):
             raise ValueError(f"action must hold one number ({self.plant_spec.action_name} in "
                              f"{self.plant_spec.action_unit}), got shape {np.shape(action)}")
         obs, reward, terminated, truncated = self.sim.step(a)
+        self._last_u = float(np.clip(a[0], -self.plant_spec.u_max, self.plant_spec.u_max))
+        if self.render_mode == "human":
+            self._show()
         return obs[0].copy(), float(reward[0]), bool(terminated[0]), bool(truncated[0]), {}
+
+    def render(self):
+        """The current frame (``"rgb_array"``), or None (``"human"`` shows
+        frames as the episode steps; no render mode: a warning, as Gymnasium's
+        own environments give)."""
+        if self.render_mode is None:
+            gymnasium.logger.warn("render() without a render_mode: pass render_mode="
+                                  "'rgb_array' or 'human' to the constructor or gymnasium.make")
+            return None
+        if self.render_mode == "rgb_array":
+            return self._frame()
+        return None
+
+    def _frame(self) -> np.ndarray:
+        from grpo_ctrl.render import frame
+
+        return frame(self.plant_spec, self.sim.get_state()["x"][0], self._last_u)
+
+    def _show(self) -> None:
+        import matplotlib.pyplot as plt
+
+        if self._window is None:
+            fig, ax = plt.subplots(figsize=(5, 5), dpi=100)
+            ax.set_axis_off()
+            fig.subplots_adjust(0, 0, 1, 1)
+            self._window = (fig, ax.imshow(self._frame()))
+            fig.canvas.manager.set_window_title(
+                f"grpo_ctrl {self.plant_spec.system}/{self.plant_spec.preset}")
+        fig, image = self._window
+        image.set_data(self._frame())
+        if plt.get_backend().lower() == "agg":  # no display (a test, a server): nothing to show
+            fig.canvas.draw()
+            return
+        plt.pause(1.0 / self.metadata["render_fps"])
+
+    def close(self):
+        if self._window is not None:
+            import matplotlib.pyplot as plt
+
+            plt.close(self._window[0])
+            self._window = None
+        super().close()
 
 
 class SimVectorEnv(VectorEnv):
@@ -144,3 +224,19 @@ class SimVectorEnv(VectorEnv):
 
 # the names before cart-pole and Furuta joined (deprecated)
 PendulumSimEnv, PendulumSimVectorEnv = SimEnv, SimVectorEnv
+
+# registered id -> system; the preset is a keyword (default: the system's first)
+IDS = {"grpo_ctrl/Pendulum-v0": "pendulum", "grpo_ctrl/CartPole-v0": "cartpole",
+       "grpo_ctrl/Furuta-v0": "furuta"}
+
+
+def register_ids() -> None:
+    """Register ``IDS`` with gymnasium (again: a no-op)."""
+    for env_id, system in IDS.items():
+        if env_id not in gymnasium.registry:
+            gymnasium.register(env_id, entry_point="grpo_ctrl.gym_env:SimEnv",
+                               kwargs={"system": system},
+                               vector_entry_point="grpo_ctrl.gym_env:SimVectorEnv")
+
+
+register_ids()
