@@ -299,14 +299,24 @@ static double rng_between(ps_data *d, int b, double lo, double hi)
   return lo + (hi - lo) * rng_uniform(d, b);
 }
 
+/* Parameters a plant gained after its first release (the pendulum's com
+ * and inertia) draw after everything else and only where their range is
+ * not a point: a plant whose shape is fixed consumes the same random
+ * numbers as before they existed, so every seed draws what it drew then. */
+static int params_drawn_first(const ps_model *m)
+{
+  return m->system == PS_PENDULUM ? PS_PEND_COM : m->nparam;
+}
+
 /* A new plant for environment b from the model's ranges. Every quantity
- * takes its draw even when its range is a point, so that changing one
- * range leaves the draws of all the others as they were. */
+ * (but the late parameters above) takes its draw even when its range is a
+ * point, so that changing one range leaves the draws of all the others as
+ * they were. */
 static void draw_plant(const ps_model *m, ps_data *d, int b)
 {
-  const int B = d->B;
+  const int B = d->B, first = params_drawn_first(m);
   const ps_plant_ranges *r = &m->ranges;
-  for (int k = 0; k < m->nparam; ++k)
+  for (int k = 0; k < first; ++k)
     d->param[k * B + b] = rng_between(d, b, r->param_lo[k], r->param_hi[k]);
   const int delay = r->delay_lo + (int)((r->delay_hi - r->delay_lo + 1) * rng_uniform(d, b));
   d->delay[b] = delay > r->delay_hi ? r->delay_hi : delay;
@@ -314,6 +324,10 @@ static void draw_plant(const ps_model *m, ps_data *d, int b)
   d->torque_noise[b] = rng_between(d, b, r->torque_noise_lo, r->torque_noise_hi);
   for (int k = 0; k < m->nx / 2; ++k)
     d->offset[k * B + b] = rng_between(d, b, r->offset_lo[k], r->offset_hi[k]);
+  for (int k = first; k < m->nparam; ++k)
+    d->param[k * B + b] = r->param_lo[k] == r->param_hi[k]
+                              ? r->param_lo[k]
+                              : rng_between(d, b, r->param_lo[k], r->param_hi[k]);
 }
 
 static void reset_env(const ps_model *m, ps_data *d, int b)

@@ -38,9 +38,17 @@ enum { PS_EULER = 0, PS_SEMI_EULER = 1, PS_RK4 = 2 };
 enum { PS_REWARD_QUADRATIC = 0, PS_REWARD_ALIVE = 1 };
 
 /* Per-environment parameter indices, one list per plant (SI units).
- * Pendulum: a uniform rod of mass m and length l pivoted at one end,
- *   thdd = 3 g / (2 l) sin(th) + 3 / (m l^2) (u - b thd - fc tanh(thd / v_c)) */
-enum { PS_PEND_G, PS_PEND_M, PS_PEND_L, PS_PEND_B, PS_PEND_FC, PS_PEND_NPARAM };
+ * Pendulum: a body of mass m and length l pivoted at one end, its centre of
+ * mass at lc = com l from the pivot, its inertia about the pivot
+ * J = inertia m l^2 (com and inertia are dimensionless shape factors):
+ *   thdd = (m g lc sin(th) + u - b thd - fc s(thd)) / J,
+ *   s(v) = tanh(v / coulomb_vc), or sign(v) when coulomb_vc is 0.
+ * A uniform rod is com = 1/2, inertia = 1/3 (Gymnasium's Pendulum-v1); a
+ * point mass on a massless rod is com = inertia = 1 (RealAIGym's). */
+enum {
+  PS_PEND_G, PS_PEND_M, PS_PEND_L, PS_PEND_B, PS_PEND_FC, PS_PEND_COM, PS_PEND_INERTIA,
+  PS_PEND_NPARAM
+};
 /* Cart-pole (Barto, Sutton and Anderson 1983; Florian 2007, frictionless as
  * in Gymnasium): cart mass mc, pole mass mp, pole half-length l. */
 enum { PS_CP_G, PS_CP_MC, PS_CP_MP, PS_CP_L, PS_CP_NPARAM };
@@ -103,7 +111,8 @@ typedef struct {
   int delay;                /* actuation delay in control steps, 0..PS_MAX_DELAY */
   int gym_precision;        /* 1: compute action terms in float32, as
                                Gymnasium's Pendulum does under NumPy 2 */
-  double coulomb_vc;        /* velocity scale of the smoothed Coulomb term */
+  double coulomb_vc;        /* velocity scale of the smoothed Coulomb term;
+                               0: the exact sign of the velocity */
   /* task */
   int reward_kind;
   double w_x[PS_MAX_NX];    /* quadratic state weights */

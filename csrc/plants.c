@@ -14,21 +14,34 @@
 #define PI 3.14159265358979323846 /* a macro: the layout tables are static initialisers */
 
 /* ------------------------------------------------------------------------
- * Pendulum. State [th, thd], observation [cos th, sin th, thd].
- * A uniform rod (inertia m l^2 / 3 about the pivot) under gravity, a motor
- * torque u, viscous friction b and Coulomb friction fc (smoothed by tanh so
- * that RK4 sees a continuous right-hand side):
- *   thdd = 3 g / (2 l) sin th + 3 / (m l^2) (u - b thd - fc tanh(thd / vc))
- * This is Gymnasium's Pendulum-v1 when b = fc = 0.
+ * Pendulum. State [th, thd], observation [cos th, sin th, thd], th zero
+ * upright and growing counter-clockwise.
+ * A body of mass m and length l on a pivot, its centre of mass at
+ * lc = com l, its inertia about the pivot J = inertia m l^2, under gravity,
+ * a motor torque u, viscous friction b and Coulomb friction fc:
+ *   thdd = (m g lc sin th + u - b thd - fc s(thd)) / J
+ * with s(v) = tanh(v / vc) (a continuous right-hand side for RK4) or, when
+ * the model's coulomb_vc is 0, the exact sign of v (RealAIGym's).
+ * Written as a (2 com) g / (2 l) sin th + a / (m l^2) (u - friction) with
+ * a = m l^2 / J = 1 / inertia: for the uniform rod (com = 1/2, inertia =
+ * 1/3, a = 3 exactly) the same operations as Gymnasium's Pendulum-v1, which
+ * this is when b = fc = 0.
  * ---------------------------------------------------------------------- */
+static double coulomb_shape(const ps_model *m, double v)
+{
+  if (m->coulomb_vc > 0) return tanh(v / m->coulomb_vc);
+  return (double)((v > 0) - (v < 0));
+}
+
 static void pendulum_f(const ps_model *m, const double *p, const double *x,
                        double u, double *xdot)
 {
   const double g = p[PS_PEND_G], mass = p[PS_PEND_M], l = p[PS_PEND_L];
-  const double friction = p[PS_PEND_B] * x[1] +
-                          p[PS_PEND_FC] * tanh(x[1] / m->coulomb_vc);
+  const double a = 1.0 / p[PS_PEND_INERTIA];
+  const double friction = p[PS_PEND_B] * x[1] + p[PS_PEND_FC] * coulomb_shape(m, x[1]);
   xdot[0] = x[1];
-  xdot[1] = 3 * g / (2 * l) * sin(x[0]) + 3.0 / (mass * l * l) * (u - friction);
+  xdot[1] = a * (2.0 * p[PS_PEND_COM]) * g / (2 * l) * sin(x[0]) +
+            a / (mass * l * l) * (u - friction);
 }
 
 /* Height of the centre of mass above hanging, times m g, plus rotational
@@ -36,8 +49,8 @@ static void pendulum_f(const ps_model *m, const double *p, const double *x,
 static double pendulum_energy(const double *p, const double *x)
 {
   const double g = p[PS_PEND_G], mass = p[PS_PEND_M], l = p[PS_PEND_L];
-  return 0.5 * (mass * l * l / 3.0) * x[1] * x[1] +
-         mass * g * 0.5 * l * (1.0 + cos(x[0]));
+  const double lc = p[PS_PEND_COM] * l, J = p[PS_PEND_INERTIA] * mass * l * l;
+  return 0.5 * J * x[1] * x[1] + mass * g * lc * (1.0 + cos(x[0]));
 }
 
 /* ------------------------------------------------------------------------
@@ -152,7 +165,7 @@ static const ps_layout LAYOUTS[PS_NUM_SYSTEMS] = {
         .action_name = "torque", .action_unit = "N*m",
         .state_unit = {"rad", "rad/s"},
         .obs_unit = {"1", "1", "rad/s"},
-        .param_unit = {"m/s^2", "kg", "m", "N*m*s/rad", "N*m"},
+        .param_unit = {"m/s^2", "kg", "m", "N*m*s/rad", "N*m", "l", "m*l^2"},
         .is_angle = {1, 0}, .is_angular_velocity = {0, 1},
         .obs_index = {0, 2}, .cyclic = {0, 0},
         .pole_angle = 0, .pole_velocity = 1,
@@ -195,7 +208,7 @@ int plant_is_angular_velocity(int system, int k) { return LAYOUTS[system].is_ang
  * ---------------------------------------------------------------------- */
 static const char *const SYSTEM_NAMES[PS_NUM_SYSTEMS] = {"pendulum", "cartpole", "furuta"};
 static const char *const PARAM_NAMES[PS_NUM_SYSTEMS][PS_MAX_PARAMS] = {
-    {"g", "m", "l", "b", "fc"},
+    {"g", "m", "l", "b", "fc", "com", "inertia"},
     {"g", "mc", "mp", "l"},
     {"g", "rm", "km", "mr", "lr", "jr", "dr", "mp", "lp", "jp", "dp"}};
 static const char *const STATE_NAMES[PS_NUM_SYSTEMS][PS_MAX_NX] = {
@@ -253,9 +266,17 @@ static void base_model(ps_model *m, int system)
   m->coulomb_vc = 0.01;
 }
 
-/* Gymnasium's Pendulum-v1, exactly. */
+/* A uniform rod: centre of mass at l / 2, inertia m l^2 / 3 about the pivot. */
+static void pendulum_rod(ps_model *m)
+{
+  m->param[PS_PEND_COM] = 0.5;
+  m->param[PS_PEND_INERTIA] = 1.0 / 3.0;
+}
+
+/* Gymnasium's Pendulum-v1, exactly (a uniform rod). */
 static void pendulum_gym(ps_model *m)
 {
+  pendulum_rod(m);
   m->param[PS_PEND_G] = 10.0;
   m->param[PS_PEND_M] = 1.0;
   m->param[PS_PEND_L] = 1.0;
@@ -278,6 +299,7 @@ static void pendulum_gym(ps_model *m)
  * gravity torque m g l / 2 = 0.22 N m, so it must swing up. */
 static void pendulum_rig(ps_model *m)
 {
+  pendulum_rod(m);
   m->param[PS_PEND_G] = 9.81;
   m->param[PS_PEND_M] = 0.15;
   m->param[PS_PEND_L] = 0.30;
@@ -296,6 +318,44 @@ static void pendulum_rig(ps_model *m)
   m->x0_low[0] = PI - 0.1;  m->x0_high[0] = PI + 0.1;
   m->x0_low[1] = -0.1;      m->x0_high[1] = 0.1;
   m->enc_counts[0] = 2048;
+}
+
+/* RealAIGym's torque-limited simple pendulum benchmark (DFKI's
+ * underactuated lab, torque_limited_simple_pendulum,
+ * leaderboard/simulation/sim_parameters.py): a point mass of 0.57288 kg on
+ * a massless 0.5 m rod, viscous damping 0.1 N m s, Coulomb friction
+ * 0.093 N m with the exact sign of the velocity, torque limit 2 N m (below
+ * the peak gravity torque m g l = 2.81 N m: it must swing up), RK4 at
+ * dt = 0.01 s, 10 s (1000 steps) from hanging at rest, no velocity clip.
+ * Angle convention: ours is zero upright; RealAIGym's q is zero hanging,
+ * q = th + pi (mod 2 pi), same direction, same torque sign. Observation
+ * [cos th, sin th, thd] as for every pendulum preset.
+ * Reward (what GRPO maximises; the benchmark's score is computed from the
+ * trajectory by grpo_ctrl.realaigym): the quadratic cost below on the
+ * wrapped angle, the velocity and the torque, chosen by measurement
+ * (docs/realaigym.md). */
+static void pendulum_realaigym(ps_model *m)
+{
+  m->param[PS_PEND_G] = 9.81;
+  m->param[PS_PEND_M] = 0.57288;
+  m->param[PS_PEND_L] = 0.5;
+  m->param[PS_PEND_B] = 0.10;
+  m->param[PS_PEND_FC] = 0.093;
+  m->param[PS_PEND_COM] = 1.0;
+  m->param[PS_PEND_INERTIA] = 1.0;
+  m->coulomb_vc = 0.0;
+  m->dt = 0.01;
+  m->substeps = 1;
+  m->integrator = PS_RK4;
+  m->u_max = 2.0;
+  m->v_max = 0.0;
+  m->reward_kind = PS_REWARD_QUADRATIC;
+  m->w_x[0] = 1.0;
+  m->w_x[1] = 0.01;
+  m->w_u = 0.01;
+  m->max_steps = 1000;
+  m->x0_low[0] = PI; m->x0_high[0] = PI;
+  m->x0_low[1] = 0.0; m->x0_high[1] = 0.0;
 }
 
 /* Gymnasium's CartPole-v1 constants and balance task, with the force as a
@@ -381,6 +441,7 @@ typedef struct {
 static const preset PRESETS[] = {
     {PS_PENDULUM, "gym", pendulum_gym},
     {PS_PENDULUM, "rig", pendulum_rig},
+    {PS_PENDULUM, "realaigym", pendulum_realaigym},
     {PS_CARTPOLE, "gym", cartpole_gym},
     {PS_CARTPOLE, "swingup", cartpole_swingup},
     {PS_FURUTA, "qube-servo2", furuta_qube},
@@ -441,7 +502,7 @@ int ps_model_check(const ps_model *m)
     return PS_ERR_MODEL;
   if (!(m->dt > 0) || m->substeps < 1 || m->integrator < PS_EULER ||
       m->integrator > PS_RK4 || m->delay < 0 || m->delay > PS_MAX_DELAY ||
-      !(m->u_max > 0) || m->v_max < 0 || !(m->coulomb_vc > 0) || m->max_steps < 0)
+      !(m->u_max > 0) || m->v_max < 0 || !(m->coulomb_vc >= 0) || m->max_steps < 0)
     return PS_ERR_MODEL;
   for (int k = 0; k < m->nx; ++k)
     if (m->enc_counts[k] < 0 || m->noise_std[k] < 0 || m->x0_low[k] > m->x0_high[k])

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field, fields, replace
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.presets import RANDOMIZATION
 
-# g is the one parameter no rig gets wrong
-FIXED_PARAMS = ("g",)
+# g is the one parameter no rig gets wrong; a pendulum's shape (com, inertia) is drawn only
+# where a range names it
+FIXED_PARAMS = ("g", "com", "inertia")
 
 
 def _pair(value, name: str, kind=float) -> tuple:

@@ -33,7 +33,7 @@ import numpy as np
 
 from grpo_ctrl.closed_loop import Episodes, run_episodes
 from grpo_ctrl.files import atomic_write, save_figure
-from grpo_ctrl.randomize import Randomization
+from grpo_ctrl.randomize import FIXED_PARAMS, Randomization
 from grpo_ctrl.sim import BatchSim
 
 SEED = 7_000_000_000  # episode seeds: training draws from seeds near 0
@@ -68,7 +68,7 @@ def _grid_points(system: str, preset: str, spec) -> list[tuple[str, str, float, 
     nominal = BatchSim(system, 1, preset=preset).plant()
     points = []
     for name in spec.param_names:
-        if name == "g":
+        if name in FIXED_PARAMS:  # g, and a pendulum's shape factors
             continue
         for s in SCALES:
             points.append(("model", name, float(s), {name: nominal[name][0] * s}))

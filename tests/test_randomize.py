@@ -199,8 +199,8 @@ def test_table_and_overrides():
 
 def test_held_plants_survive_resets_and_autoresets():
     sim = rig(4, seed=0, hold_plant=True, autoreset=True, max_steps=3)
-    assert sim.plant_names == ("g", "m", "l", "b", "fc", "delay", "motor_k", "torque_noise",
-                               "offset_theta")
+    assert sim.plant_names == ("g", "m", "l", "b", "fc", "com", "inertia", "delay", "motor_k",
+                               "torque_noise", "offset_theta")
     candidates = {"m": [0.1, 0.15, 0.2, 0.25], "delay": [0, 1, 2, 3], "offset_theta": 0.01}
     sim.set_plant(candidates)
     sim.reset()

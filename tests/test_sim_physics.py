@@ -71,7 +71,8 @@ def _energy_rate_and_power(sim, x, u, eps=1e-6):
     if sim.system == "pendulum":
         thd = x[1]
         vc = float(sim.model.coulomb_vc)
-        power = (u - p["b"] * thd - p["fc"] * np.tanh(thd / vc)) * thd
+        coulomb = np.tanh(thd / vc) if vc > 0 else np.sign(thd)  # vc = 0: the exact sign
+        power = (u - p["b"] * thd - p["fc"] * coulomb) * thd
     elif sim.system == "cartpole":
         power = u * x[1]  # force times cart velocity
     else:
@@ -198,3 +199,63 @@ def test_mirrored_trajectories_stay_mirrored(system, preset):
     x = sim.get_state()["x"]
     np.testing.assert_array_equal(x[1], -x[0])
     np.testing.assert_allclose(reward[:, 1], reward[:, 0], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("com, inertia", [(0.5, 1 / 3), (1.0, 1.0), (0.7, 0.55)])
+def test_pendulum_with_any_centre_of_mass_and_inertia(com, inertia):
+    """thdd = (m g lc sin th + u - b thd - fc tanh(thd / vc)) / J with lc = com l and
+    J = inertia m l^2: the uniform rod, the point mass and a body in between."""
+    sim = BatchSim("pendulum", 1, preset="rig")
+    sim.set_param("com", com)
+    sim.set_param("inertia", inertia)
+    p = dict(zip(sim.spec.param_names, sim.get_state()["param"][0]))
+    g, m, l, b, fc = p["g"], p["m"], p["l"], p["b"], p["fc"]
+    vc = float(sim.model.coulomb_vc)
+    J = inertia * m * l * l
+    for th, thd, u in [(0.3, -1.0, 0.05), (2.5, 4.0, -0.1), (-1.2, 0.001, 0.0)]:
+        expected = (m * g * com * l * np.sin(th) + u - b * thd - fc * np.tanh(thd / vc)) / J
+        f = sim.dynamics(np.array([th, thd]), u)
+        assert f[0] == thd
+        assert f[1] == pytest.approx(expected, rel=1e-12)
+        energy = 0.5 * J * thd ** 2 + m * g * com * l * (1 + np.cos(th))
+        assert sim.energy(np.array([th, thd])) == pytest.approx(energy, rel=1e-12)
+
+
+def realaigym_rk4_step(q, qd, tau, dt=0.01):
+    """RealAIGym's simple pendulum (sim_parameters.py: point mass m on a massless rod l,
+    inertia m l^2, damping b, Coulomb friction cf times the sign of the velocity, torque
+    limit 2), angle q zero hanging, one classical RK4 step of dt, written from their
+    published equations independently of the simulator."""
+    m, l, b, cf, g = 0.57288, 0.5, 0.10, 0.093, 9.81
+    tau = min(max(tau, -2.0), 2.0)
+
+    def f(x):
+        return np.array([x[1], (tau - m * g * l * np.sin(x[0]) - b * x[1]
+                                - np.sign(x[1]) * cf) / (m * l * l)])
+    x = np.array([q, qd])
+    k1 = f(x)
+    k2 = f(x + 0.5 * dt * k1)
+    k3 = f(x + 0.5 * dt * k2)
+    k4 = f(x + dt * k3)
+    return x + dt * (k1 + 2 * (k2 + k3) + k4) / 6
+
+
+def test_realaigym_preset_steps_as_their_plant():
+    """Our angle is zero upright, theirs zero hanging: q = th + pi, same torque sign."""
+    sim = BatchSim("pendulum", 1, preset="realaigym")
+    model = sim.model
+    assert (model.dt, model.substeps, model.u_max, model.v_max, model.max_steps) == \
+        (0.01, 1, 2.0, 0.0, 1000)
+    x0 = sim.get_state()["x"][0]
+    assert x0[0] == pytest.approx(np.pi, abs=0) and x0[1] == 0.0  # hanging at rest
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        th, thd, u = rng.uniform(-np.pi, np.pi), rng.uniform(-8, 8), rng.uniform(-3, 3)
+        if rng.random() < 0.2:
+            thd = 0.0  # at rest the Coulomb term is 0, as np.sign(0)
+        sim.set_state({"x": np.array([[th, thd]])})
+        sim.step(np.array([u], np.float32))
+        x = sim.get_state()["x"][0]
+        q, qd = realaigym_rk4_step(th + np.pi, thd, float(np.float32(u)))
+        assert np.angle(np.exp(1j * (x[0] + np.pi - q))) == pytest.approx(0.0, abs=1e-12)
+        assert x[1] == pytest.approx(qd, rel=1e-12, abs=1e-12)
