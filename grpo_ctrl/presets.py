@@ -110,7 +110,7 @@ SYSID = {
         long_window_s=None,       # no second, long-window stage (1 s windows fit within 1.2 %)
         known_names=("g",),
         positive=("m", "l"),      # a least-squares answer without these is no plant
-        offset_of="theta"),
+        scale_names=()),
     "furuta": dict(
         names=("km", "lr", "jr", "dr", "lp", "jp", "dp", "offset"),
         lows=(1e-6, 1e-6, 0.0, 0.0, 1e-6, 0.0, 0.0, -math.inf),
@@ -123,5 +123,8 @@ SYSID = {
         long_window_s=math.inf,   # then each piece one window (docs/sysid.md)
         known_names=("g", "mp", "rm", "mr"),
         positive=("km", "lr", "lp"),
-        offset_of="alpha"),
+        # the equations are homogeneous in (jr + mp lr^2, mp lp^2 / 4, mp lp lr / 2,
+        # jp + mp lp^2 / 4, mp g lp / 2, km / rm, km^2 / rm + dr, dp): angles and voltage fix
+        # them up to one scale, which a weighed mass and a measured resistance set
+        scale_names=("mp", "rm")),
 }

@@ -514,6 +514,22 @@ class BatchSim:
                         float(u), ffi.from_buffer("double[]", xdot))
         return xdot
 
+    def dynamics_rows(self, x, u, env: int = 0) -> np.ndarray:
+        """``dynamics`` of many states with environment ``env``'s parameters:
+        ``x (N, nx)`` and ``u (N,)`` give ``xdot (N, nx)``."""
+        self._check_env(env)
+        x = np.ascontiguousarray(x, dtype=float)
+        u = np.asarray(u, dtype=float)
+        if x.ndim != 2 or x.shape[1] != self._x.shape[0] or u.shape != x.shape[:1]:
+            raise ValueError(f"x must have shape (N, {self._x.shape[0]}) and u (N,), got "
+                             f"{x.shape} and {u.shape}")
+        xdot = np.empty_like(x)
+        xp, op, nx = ffi.from_buffer("double[]", x), ffi.from_buffer("double[]", xdot), x.shape[1]
+        f, m, d, b = lib.ps_dynamics, self._model, self._data, int(env)
+        for i, ui in enumerate(u.tolist()):
+            f(m, d, b, xp + i * nx, ui, op + i * nx)
+        return xdot
+
     def energy(self, x=None, env: int = 0) -> float:
         """Mechanical energy (J) of state ``x`` (default: environment ``env``'s)."""
         self._check_env(env)

@@ -4,33 +4,21 @@ the pendulum and the Furuta pendulum.
 
 Two fits, the second refining the first:
 
-1. Least squares on the equations of motion (``csrc/plants.c``), which are
-   linear in a few combinations of the parameters. Velocity and
-   acceleration come from the positions, Butterworth-filtered forwards and
-   backwards (zero phase); the command goes through the same filter. The
-   integer delay d is the one whose fit leaves the smallest residual.
-
-   Pendulum (angle from upright, encoder offset o, the log reads y = theta + o)::
-
-       thdd = a1 sin(y - o) + a2 u(t - d) - a3 thd - a4 tanh(thd / vc)
-       a1 = 3 g / (2 l), a2 = 3 / (m l^2), a3 = b a2, a4 = fc a2
-
-   and a1 sin(y - o) = (a1 cos o) sin y - (a1 sin o) cos y, so with g known
-   all of m, l, b, fc and o follow.
-
-   Furuta (arm th, pendulum al from upright, s = sin al, c = cos al)::
-
-       A thdd + B (s^2 thdd + 2 s c thd ald) + C (s ald^2 - c aldd) + Bm thd = kv V(t - d)
-       D aldd - C c thdd - B s c thd^2 + dp ald - E s = 0
-       A = jr + mp lr^2, B = mp lp^2 / 4, C = mp lp lr / 2, D = jp + mp lp^2 / 4,
-       E = mp g lp / 2, kv = km / rm, Bm = km^2 / rm + dr
-
-   Both equations are homogeneous in (A, B, C, D, E, kv, Bm, dp): angles
-   and voltage fix them only up to one common scale. The ratios give
-   lp = 2 g B / E and lr = g C / E; the scale needs one mass (mp, weighed)
-   and the split of kv and Bm into km and dr needs rm (an ohmmeter): both
-   are ``known`` (measured, or the preset's), and mr does not enter the
-   equations at all (jr holds the arm's inertia).
+1. Least squares on the equations of motion, which are the C simulator's
+   own (``csrc/plants.c``, through ``BatchSim.dynamics_rows``): velocity
+   and acceleration come from the positions, Butterworth-filtered forwards
+   and backwards (zero phase); the command goes through the same filter;
+   Gauss-Newton finds the parameters (``presets.SYSID``: for the pendulum
+   m, l, b, fc and the encoder offset; for the Furuta km, lr, jr, dr, lp,
+   jp, dp and the pendulum encoder's offset) whose C plant's accelerations
+   at the filtered states are closest to the measured ones, each joint's
+   equation weighted by its residual's inverse rms. The integer delay d is
+   the one that leaves the actuated joint the smallest residual. Where the
+   equations are homogeneous in the parameters (the Furuta: every inertia
+   and damping times s, mp times s and rm over s move nothing), the known
+   ``scale_names`` (a weighed mass, an ohmmeter's resistance, or the
+   preset's) set the scale; a parameter that does not move the C plant's
+   accelerations (the Furuta's mr) is not fitted.
 2. A simulation-error fit: the batched C simulator (``BatchSim`` holding
    one candidate plant per environment) replays the logged commands over
    short windows from the measured states, every candidate and window in
@@ -54,6 +42,7 @@ import numpy as np
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.plant import PlantSpec, init_model
 from grpo_ctrl.plant_file import PlantValues, nominal_params
+from grpo_ctrl.presets import SYSID
 from grpo_ctrl.sim import MAX_DELAY, BatchSim
 
 REQUIRED_COLUMNS = ("kind", "dev_t_us", "pos", "obs", "actuator")
@@ -103,7 +92,7 @@ class Fit:
     offset: float           # encoder offset of the pendulum angle (rad)
     nominal: dict           # the preset's parameters
     ls_params: dict         # the least-squares answer before refinement
-    ls_residual: float      # rms of the least-squares residual (model.residual_unit)
+    ls_residual: float      # rms of the actuated joint's least-squares residual (rad/s^2)
     ls_residuals_by_delay: list
     sim_error_ls: float     # rms angle error (rad) on held-out windows: least squares ...
     sim_error: float        # ... and the refined fit
@@ -264,210 +253,172 @@ def _segments(logs: list[Log], cutoff_hz: float) -> tuple[list[_Segment], list[_
     return fit, held
 
 
-def _covariance(X: np.ndarray, r: np.ndarray, dt: float, cutoff_hz: float) -> np.ndarray:
-    """The least-squares covariance of the coefficients. The residual is
-    coloured by the filter: about one independent sample per
-    1 / (2 cutoff) seconds, not per row."""
-    n, p = X.shape
+def _statistics(J: np.ndarray, r: np.ndarray, dt: float, cutoff_hz: float) -> dict:
+    """Standard errors and correlations of a least-squares answer whose
+    residual ``r`` has Jacobian ``J`` (rows, parameters), and ``J``'s
+    column-scaled condition number. The residual is coloured by the filter:
+    about one independent sample per 1 / (2 cutoff) seconds, not per row."""
+    n, p = J.shape
     n_eff = max(p + 1.0, n * min(1.0, 2 * cutoff_hz * dt))
-    sigma2 = float(r @ r) / (n_eff - p)
-    return sigma2 * np.linalg.pinv(X.T @ X)
+    cov = float(r @ r) / (n_eff - p) * np.linalg.pinv(J.T @ J)
+    scale = np.linalg.norm(J, axis=0)
+    cond = float(np.linalg.cond(J / np.where(scale > 0, scale, 1)))
+    sd = np.sqrt(np.maximum(np.diag(cov), 0))
+    corr = cov / np.outer(np.where(sd > 0, sd, 1), np.where(sd > 0, sd, 1))
+    return {"std": sd, "corr": corr, "cond": cond}
 
 
-def _to_physical(to_phys, theta: np.ndarray, cov: np.ndarray, X: np.ndarray) -> dict:
-    """Physical estimates, their standard errors and correlations (the
-    covariance carried through the map's Jacobian), and the regressor's
-    column-scaled condition number."""
-    phys = to_phys(theta)
-    J = np.empty((len(phys), len(theta)))
-    for k in range(len(theta)):
-        h = 1e-6 * max(abs(theta[k]), 1e-3 * np.max(np.abs(theta)))
-        tp, tm = theta.copy(), theta.copy()
-        tp[k] += h
-        tm[k] -= h
-        J[:, k] = (to_phys(tp) - to_phys(tm)) / (2 * h)
-    cov_phys = J @ cov @ J.T
-    scale = np.linalg.norm(X, axis=0)
-    cond = float(np.linalg.cond(X / np.where(scale > 0, scale, 1)))
-    sd = np.sqrt(np.maximum(np.diag(cov_phys), 0))
-    corr = cov_phys / np.outer(np.where(sd > 0, sd, 1), np.where(sd > 0, sd, 1))
-    return {"phys": phys, "std": sd, "corr": corr, "cond": cond}
+def _gauss_newton(residual, p0: np.ndarray, lows: np.ndarray, floors: np.ndarray,
+                  iterations: int = 60, tolerance: float = 1e-10):
+    """Minimise ``|residual(p)|^2`` from ``p0`` within ``lows`` (the
+    Jacobian by forward differences, a halved step where a full one does
+    not lower the cost) until a step moves no parameter by more than
+    ``tolerance`` of its size (``floors`` below). ``residual(P)`` answers every
+    candidate row of ``P (C, n)`` at once, ``(C, rows)``. Returns p, its
+    residual and Jacobian."""
+    p = np.maximum(p0, lows)
+    r = residual(p[None])[0]
+    cost = float(r @ r)
+    for _ in range(iterations):
+        h = 1e-6 * np.where(p != 0, np.abs(p), floors)  # relative: a scaled plant, a scaled step
+        J = ((residual(p + np.diag(h)) - r) / h[:, None]).T
+        delta = -np.linalg.lstsq(J, r, rcond=None)[0]
+        for step in 0.5 ** np.arange(8):
+            trial = np.maximum(p + step * delta, lows)
+            rt = residual(trial[None])[0]
+            if float(rt @ rt) < cost:
+                break
+        else:
+            break
+        done = np.all(np.abs(trial - p) <= tolerance * np.maximum(np.abs(p), floors))
+        p, r, cost = trial, rt, float(rt @ rt)
+        if done:
+            break
+    h = 1e-6 * np.where(p != 0, np.abs(p), floors)  # relative: a scaled plant, a scaled step
+    return p, r, ((residual(p + np.diag(h)) - r) / h[:, None]).T
 
 
-def _best_delay(model, segments: list, max_delay: int, fit) -> dict:
-    """``fit(d, trim) -> (rms, theta, X, r)`` for every delay 0..max_delay;
-    the delay of the smallest rms, its fit in coefficients and in physical
-    parameters (``model._physical``) with their covariance."""
-    dt = segments[0].dt
-    trim = int(0.2 / dt)
-    results = [(*fit(d, trim), d) for d in range(max_delay + 1)]
-    rms, theta, X, r, d = min(results, key=lambda x: x[0])
-    out = _to_physical(model._physical, theta, _covariance(X, r, dt, model.cutoff_hz), X)
-    return {"delay": d, "rms": rms, "rms_by_delay": [x[0] for x in results], **out}
+class PlantModel:
+    """A plant's identification: its fitted vector (``presets.SYSID``: the
+    physical parameters the data determine, then the pendulum encoder's
+    offset), the plant that vector gives the simulator, and the least
+    squares on the equations of motion, which are the C plant's own
+    (``BatchSim.dynamics_rows``): the accelerations it computes from the
+    filtered states and the delayed command are fitted to the measured
+    ones, each joint's equation weighted by its residual's inverse rms."""
 
-
-class PendulumModel:
-    """The pendulum's regression and its simulator plant. The fitted
-    vector: (m, l, b, fc, offset)."""
-    system = "pendulum"
-    names = ("m", "l", "b", "fc", "offset")
-    lows = np.array([1e-6, 1e-6, 0.0, 0.0, -np.inf])
-    cutoff_hz = 8.0          # Butterworth cutoff of the derivative filter
-    fd_step = 1e-4           # relative finite-difference step of the refinement
-    window_s = 1.0           # simulation-error windows
-    long_window_s = None     # no second, long-window stage (1 s windows fit within 1.2 %)
-    residual_unit = "rad/s^2"  # of the least-squares residual (the equation's)
-    known_names = ("g",)
-    positive = ("m", "l")    # a least-squares answer without these is no plant
-
-    def __init__(self, spec: PlantSpec, known: dict):
-        self.spec, self.base = spec, {**nominal_params(spec), **known}
-        self.g = self.base["g"]
-        self.vc = float(init_model(spec.system, spec.preset)[0].coulomb_vc)
-        self.floors = np.array([1e-3, 1e-3, 1e-3, 1e-3, 1e-2])
-        self.negligible = np.full(4, 1e-4)   # standard errors below this are no warning
-        self.notes = []
-
-    def _regressor(self, seg: _Segment, d: int, trim: int):
-        f = _filter(seg.dt, seg.cutoff_hz)
-        ud = f(_delayed(seg.u, d))
-        y, yd = seg.y[:, 0], seg.yd[:, 0]
-        X = np.column_stack([np.sin(y), np.cos(y), ud, -yd, -np.tanh(yd / self.vc)])
-        s = slice(trim, len(y) - trim)
-        return X[s], seg.ydd[s, 0]
-
-    def _physical(self, theta: np.ndarray) -> np.ndarray:
-        """(m, l, b, fc, offset) from the coefficients (c1, c2, a2, a3, a4)."""
-        c1, c2, a2, a3, a4 = theta
-        l = 3 * self.g / (2 * math.hypot(c1, c2))
-        return np.array([3 / (a2 * l * l), l, a3 / a2, a4 / a2, math.atan2(-c2, c1)])
-
-    def least_squares(self, segments: list[_Segment], max_delay: int) -> dict:
-        """The linear fit for every delay 0..max_delay; the best one with its
-        covariance, in coefficients and in physical parameters."""
-        def fit(d, trim):
-            parts = [self._regressor(s, d, trim) for s in segments]
-            X = np.concatenate([p[0] for p in parts])
-            y = np.concatenate([p[1] for p in parts])
-            theta, *_ = np.linalg.lstsq(X, y, rcond=None)
-            r = y - X @ theta
-            return float(np.sqrt(np.mean(r * r))), theta, X, r
-        return _best_delay(self, segments, max_delay, fit)
-
-    def plant(self, P: np.ndarray, D: np.ndarray) -> dict:
-        """``BatchSim.set_plant`` values of candidates ``P (C, 6)`` (the
-        names and motor_k), delays ``D``."""
-        return {"g": self.g, "m": P[:, 0], "l": P[:, 1], "b": P[:, 2], "fc": P[:, 3],
-                "delay": D, "offset_theta": P[:, 4], "motor_k": P[:, 5]}
-
-    def state(self, y: np.ndarray, yd: np.ndarray, P: np.ndarray) -> np.ndarray:
-        """Simulator states ``(C, nx)`` of readings ``y, yd (C, channels)``."""
-        return np.column_stack([y[:, 0] - P[:, 4], yd[:, 0]])
-
-    def params(self, p: np.ndarray) -> dict:
-        return {**self.base, "m": p[0], "l": p[1], "b": p[2], "fc": p[3]}
-
-    def vector(self, params: dict, offset: float, motor_k: float) -> np.ndarray:
-        return np.array([params["m"], params["l"], params["b"], params["fc"], offset, motor_k])
-
-
-class FurutaModel:
-    """The Furuta pendulum's regression (module docstring) and its simulator
-    plant. The fitted vector: (km, lr, jr, dr, lp, jp, dp, offset of the
-    pendulum encoder); mp and rm are known (measured, or the preset's)."""
-    system = "furuta"
-    names = ("km", "lr", "jr", "dr", "lp", "jp", "dp", "offset")
-    lows = np.array([1e-6, 1e-6, 0.0, 0.0, 1e-6, 0.0, 0.0, -np.inf])
-    cutoff_hz = 15.0         # the arm under its holding loop moves faster than the rod
-    fd_step = 1e-3           # a larger step: dr and dp barely move the angles
-    residual_unit = "V"      # the arm's equation, in the command's unit
-    window_s = 2.0           # long windows: the dampings act slowly (on simulated 40 s
-                             # logs, 2 s windows halved the worst dr and dp errors of 1 s ones)
-    long_window_s = math.inf  # then a second stage, each piece one window: the dampings'
-                              # slow effects add up over the whole piece (docs/sysid.md)
-    known_names = ("g", "mp", "rm", "mr")
-    positive = ("km", "lr", "lp")
+    residual_unit = "rad/s^2"  # of the least-squares residual (an acceleration)
 
     def __init__(self, spec: PlantSpec, known: dict):
+        settings = SYSID[spec.system]
+        self.system = spec.system
+        for key in ("names", "cutoff_hz", "fd_step", "window_s", "long_window_s",
+                    "known_names", "positive", "scale_names"):
+            setattr(self, key, settings[key])
+        self.lows = np.array(settings["lows"], float)
         self.spec, self.base = spec, {**nominal_params(spec), **known}
-        self.g, self.mp, self.rm = self.base["g"], self.base["mp"], self.base["rm"]
         nominal = nominal_params(spec)
-        self.floors = np.array([nominal[k] for k in self.names[:-1]] + [1e-2])
-        self.negligible = 0.01 * self.floors[:-1]
-        assumed = [k for k in ("mp", "rm") if k not in known]
-        self.notes = ["mr does not enter the equations of motion (jr holds the arm's "
-                      "inertia): it stays the preset's"]
+        fitted = self.names[:-1]
+        self.floors = np.array(settings["floors"] or [nominal[k] for k in fitted] + [1e-2])
+        self.negligible = (np.array(settings["negligible"]) if settings["negligible"]
+                           else 0.01 * self.floors[:-1])
+        self.offset_name = f"offset_{spec.state_names[spec.pole_angle]}"
+        self._sim = None
+        absent = [k for k in spec.param_names if k not in fitted and not self._enters(k)]
+        self.notes = [f"{k} does not enter the equations of motion: it is not fitted"
+                      for k in absent]
+        assumed = [k for k in self.scale_names if k not in known]
         if assumed:
             self.notes.append(f"{' and '.join(assumed)} set the scale of the fit and cannot "
                               "come from angles and voltage: the preset's value is assumed; "
                               "give measured values with --known " +
                               " ".join(f"{k}=..." for k in assumed))
 
-    def _regressor(self, seg: _Segment, d: int, offset: float, trim: int):
-        """Rows of both equations, unknowns (A, B, C, D, E cos o, E sin o,
-        Bm, dp) / kv: the arm's with the delayed command as target, the
-        pendulum's with 0."""
-        f = _filter(seg.dt, seg.cutoff_hz)
-        ud = f(_delayed(seg.u, d))
-        s_ = slice(trim, len(seg.u) - trim)
-        th, y = seg.y[s_, 0], seg.y[s_, 1]
-        thd, ald = seg.yd[s_, 0], seg.yd[s_, 1]
-        thdd, aldd = seg.ydd[s_, 0], seg.ydd[s_, 1]
-        s, c = np.sin(y - offset), np.cos(y - offset)
-        z = np.zeros_like(th)
-        arm = np.column_stack([thdd, s * s * thdd + 2 * s * c * thd * ald,
-                               s * ald * ald - c * aldd, z, z, z, thd, z])
-        pend = np.column_stack([z, -s * c * thd * thd, -c * thdd, aldd, -np.sin(y), np.cos(y),
-                                z, ald])
-        return arm, ud[s_], pend
-
-    def _physical(self, theta: np.ndarray) -> np.ndarray:
-        a, b, cc, dd, ec, es, bm, dpn = theta
-        e, g, mp, rm = math.hypot(ec, es), self.g, self.mp, self.rm
-        lp, lr = 2 * g * b / e, g * cc / e
-        kv = mp * lp * lp / (4 * b)
-        return np.array([kv * rm, lr, a * kv - mp * lr * lr, bm * kv - kv * kv * rm, lp,
-                         dd * kv - mp * lp * lp / 4, dpn * kv, math.atan2(es, ec)])
-
-    def least_squares(self, segments: list[_Segment], max_delay: int) -> dict:
-        """For every delay: the joint fit of both equations, each weighted
-        by its residual's inverse rms, the offset used in the nonlinear
-        terms refined from the gravity term's phase; the delay with the
-        smallest arm residual (in command units) wins."""
-        def fit(d, trim):
-            offset, w = 0.0, np.ones(2)
-            for _ in range(3):
-                parts = [self._regressor(s, d, offset, trim) for s in segments]
-                arm = np.concatenate([p[0] for p in parts])
-                target = np.concatenate([p[1] for p in parts])
-                pend = np.concatenate([p[2] for p in parts])
-                X = np.vstack([w[0] * arm, w[1] * pend])
-                y = np.concatenate([w[0] * target, np.zeros(len(pend))])
-                theta, *_ = np.linalg.lstsq(X, y, rcond=None)
-                r_arm, r_pend = target - arm @ theta, -pend @ theta
-                w = 1 / np.array([np.sqrt(np.mean(r_arm ** 2)), np.sqrt(np.mean(r_pend ** 2))])
-                offset = math.atan2(theta[5], theta[4])
-            X = np.vstack([w[0] * arm, w[1] * pend])
-            r = np.concatenate([w[0] * r_arm, w[1] * r_pend])
-            return float(np.sqrt(np.mean(r_arm ** 2))), theta, X, r
-        return _best_delay(self, segments, max_delay, fit)
-
+    # ------------------------------------------------------------ the simulator's plant
     def plant(self, P: np.ndarray, D: np.ndarray) -> dict:
-        out = {k: self.base[k] for k in ("g", "rm", "mr", "mp")}
+        """``BatchSim.set_plant`` values of candidates ``P (C, len(names) + 1)``
+        (the names and motor_k), delays ``D``."""
+        out = {k: self.base[k] for k in self.spec.param_names if k not in self.names}
         out.update({name: P[:, i] for i, name in enumerate(self.names[:-1])})
-        return {**out, "delay": D, "offset_alpha": P[:, 7], "motor_k": P[:, 8]}
+        n = len(self.names)
+        return {**out, "delay": D, self.offset_name: P[:, n - 1], "motor_k": P[:, n]}
 
     def state(self, y: np.ndarray, yd: np.ndarray, P: np.ndarray) -> np.ndarray:
-        return np.column_stack([y[:, 0], y[:, 1] - P[:, 7], yd[:, 0], yd[:, 1]])
+        """Simulator states ``(C, nx)`` of readings ``y, yd (C, channels)``."""
+        spec = self.spec
+        x = np.zeros((len(y), spec.nx))
+        for c, (k, v) in enumerate(spec.channels):
+            x[:, k] = y[:, c] - (P[:, len(self.names) - 1] if k == spec.pole_angle else 0.0)
+            x[:, v] = yd[:, c]
+        return x
 
     def params(self, p: np.ndarray) -> dict:
-        return {**self.base, **dict(zip(self.names[:-1], p[:7]))}
+        return {**self.base, **dict(zip(self.names[:-1], p[:len(self.names) - 1]))}
 
     def vector(self, params: dict, offset: float, motor_k: float) -> np.ndarray:
         return np.array([params[k] for k in self.names[:-1]] + [offset, motor_k])
 
+    # ------------------------------------------------------------ least squares
+    def accelerations(self, P: np.ndarray, y: np.ndarray, yd: np.ndarray,
+                      u: np.ndarray) -> np.ndarray:
+        """Each joint's acceleration ``(C, rows, channels)`` that the C plant of
+        each candidate ``P (C, len(names))`` gives readings ``y, yd (rows,
+        channels)`` under commands ``u (rows,)``."""
+        C, spec = len(P), self.spec
+        if self._sim is None or self._sim.num_envs < C:
+            self._sim = BatchSim(spec.system, C, preset=spec.preset, hold_plant=True)
+        full = np.column_stack([P, np.ones(C)])
+        self._sim.set_plant(self.plant(full, np.zeros(C)), np.arange(C))
+        vel = [v for _, v in spec.channels]
+        out = np.empty((C, len(u), len(vel)))
+        for b in range(C):
+            x = self.state(y, yd, np.broadcast_to(full[b], (len(u), full.shape[1])))
+            out[b] = self._sim.dynamics_rows(x, u, b)[:, vel]
+        return out
 
-MODELS = (PendulumModel, FurutaModel)  # per-plant regression code, found by .system
+    def _enters(self, name: str) -> bool:
+        """Whether parameter ``name`` changes the C plant's accelerations."""
+        spec, sim = self.spec, BatchSim(self.spec.system, 2, preset=self.spec.preset,
+                                        hold_plant=True)
+        sim.set_plant({name: 1.5 * self.base[name] + 1e-3}, [1])
+        x = np.full((1, spec.nx), 0.3)
+        return not np.array_equal(sim.dynamics_rows(x, [0.5], 0), sim.dynamics_rows(x, [0.5], 1))
+
+    def least_squares(self, segments: list[_Segment], max_delay: int) -> dict:
+        """For every delay 0..max_delay: the parameters whose C plant's
+        accelerations fit the measured ones best (Gauss-Newton from the
+        preset, then from the previous delay's answer), each joint's
+        equation weighted by its residual's inverse rms; the delay with the
+        smallest residual of the actuated joint (the first sensor) wins,
+        with its standard errors."""
+        dt = segments[0].dt
+        trim = int(0.2 / dt)
+        s_ = [slice(trim, len(s.u) - trim) for s in segments]
+        y = np.concatenate([s.y[k] for s, k in zip(segments, s_)])
+        yd = np.concatenate([s.yd[k] for s, k in zip(segments, s_)])
+        ydd = np.concatenate([s.ydd[k] for s, k in zip(segments, s_)])
+        filt = _filter(dt, self.cutoff_hz)
+        p0 = self.vector(self.base, 0.0, 1.0)[:-1]
+
+        def fit(d, p, w=None):
+            u = np.concatenate([filt(_delayed(s.u, d))[k] for s, k in zip(segments, s_)])
+            error = lambda P: ydd - self.accelerations(P, y, yd, u)  # noqa: E731
+            if w is None:  # first, each joint's measured accelerations weigh alike
+                w = 1 / np.sqrt(np.mean(ydd ** 2, axis=0))
+            p, r, J = _gauss_newton(lambda P: (error(P) * w).reshape(len(P), -1),
+                                    p, self.lows, self.floors)
+            r_joint = r.reshape(-1, len(w)) / w
+            return float(np.sqrt(np.mean(r_joint[:, 0] ** 2))), p, r, J, r_joint
+
+        results = []
+        for d in range(max_delay + 1):
+            results.append(fit(d, results[-1][1] if results else p0))
+        d = int(np.argmin([x[0] for x in results]))
+        # the chosen delay's fit again, weighted by its residuals' inverse rms
+        rms, p, r, J, r_joint = fit(d, results[d][1],
+                                    1 / np.sqrt(np.mean(results[d][4] ** 2, axis=0)))
+        return {"delay": d, "rms": rms, "rms_by_delay": [x[0] for x in results], "phys": p,
+                **_statistics(J, r, dt, self.cutoff_hz)}
 
 
 # ---------------------------------------------------------------------- simulation error
@@ -635,19 +586,18 @@ def model_for(spec: PlantSpec, known: dict | None = None):
     """The regression model of ``spec``'s plant, with ``known`` parameters
     (measured: they replace the preset's); one-line ``UserError`` for a plant
     sysid cannot fit or a known value it fits itself."""
-    found = [m for m in MODELS if m.system == spec.system]
-    if not found:
-        raise UserError(f"sysid fits {' and '.join(m.system for m in MODELS)}; --system "
+    if spec.system not in SYSID:
+        raise UserError(f"sysid fits {' and '.join(SYSID)}; --system "
                         f"{spec.system!r} is not supported yet")
-    cls = found[0]
     known = dict(known or {})
     for name, v in known.items():
-        if name not in cls.known_names:
+        if name not in SYSID[spec.system]["known_names"]:
             raise UserError(f"--known {name}: sysid fits {name} itself or {spec.system} has no "
-                            f"such parameter; --known takes {', '.join(cls.known_names)}")
+                            f"such parameter; --known takes "
+                            f"{', '.join(SYSID[spec.system]['known_names'])}")
         if not (math.isfinite(v) and v > 0):
             raise UserError(f"--known {name} must be a finite number above 0, got {v!r}")
-    return cls(spec, known)
+    return PlantModel(spec, known)
 
 
 def identify(logs: list[Log], spec: PlantSpec, max_delay: int = 4, refine_fit: bool = True,
