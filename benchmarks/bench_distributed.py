@@ -52,7 +52,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from grpo_ctrl import distributed, grpo  # noqa: E402
+from grpo_ctrl import distributed, runtime  # noqa: E402
 from grpo_ctrl.distributed import Ranks  # noqa: E402
 from grpo_ctrl.grpo import Trainer  # noqa: E402
 from grpo_ctrl.grpo_config import default_config  # noqa: E402
@@ -126,13 +126,13 @@ def throughput(nproc: int, iterations: int, num_starts: int, env: dict | None = 
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)  # the forked workers read it
     if heap == "glibc":
-        grpo.keep_freed_memory = lambda: False  # the forked workers inherit the patch
+        runtime.keep_freed_memory = lambda: False  # the forked workers inherit the patch
     try:
         with tempfile.TemporaryDirectory() as tmp:
             distributed.launch(nproc, _timed_training, (tmp, cfg))
             runs = [json.load(open(os.path.join(tmp, f"{r}.json"))) for r in range(nproc)]
     finally:
-        grpo.keep_freed_memory = keep_freed_memory
+        runtime.keep_freed_memory = keep_freed_memory
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

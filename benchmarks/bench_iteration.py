@@ -7,8 +7,8 @@ and the Trainers take their iterations in turn, so load on a shared machine
 falls on all of them alike. Prints the median rollout and update seconds per
 iteration (after ``--warmup``) and their ratios to the plant's default.
 
-    python benchmarks/bench_iteration.py --arm 'sde = true' \\
-        --arm 'sde = true, sde_sample_freq = 4'
+    python benchmarks/bench_iteration.py --arm 'hidden = 64' \\
+        --arm 'c_update = false, c_rollout = false'
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     p.add_argument("--system", default="pendulum")
     p.add_argument("--preset", default="gym")
     p.add_argument("--arm", action="append", default=[],
-                   help="GRPOConfig overrides, e.g. 'sde = true, sde_sample_freq = 4'")
+                   help="GRPOConfig overrides, e.g. 'hidden = 64, minibatches = 4'")
     p.add_argument("--iterations", type=int, default=300, help="per arm, warm-up included")
     p.add_argument("--warmup", type=int, default=20)
     args = p.parse_args(argv)

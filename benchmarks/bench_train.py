@@ -16,8 +16,8 @@ swing-up-plus-LQR controller and the dynamic-programming optimum
 
 Prints, per method: the return at each snapshot, the first training time at
 which the mean return reached -200 and -160, and the final and best
-returns; per GRPO seed, the final policy (latest.pt) and best.pt against the
-optimum, paired, and best.pt against latest.pt; and policy-in-the-loop
+returns; per GRPO seed, the final policy (latest.pt) and deployed.pt against the
+optimum, paired, and deployed.pt against latest.pt; and policy-in-the-loop
 rollout throughput (C simulator stepped by the deterministic policy, batched).
 
     python benchmarks/bench_train.py                 # or: grpo-ctrl bench train
@@ -193,7 +193,7 @@ def fmt_t(t):
 
 
 def grpo_seeds(args, out_root) -> list[dict]:
-    """GRPO from each training seed: curve, latest and best.pt scored on the
+    """GRPO from each training seed: curve, latest and deployed.pt scored on the
     held-out episodes."""
     runs = []
     for seed in range(args.seed, args.seed + args.seeds):
@@ -279,8 +279,8 @@ def main(argv=None) -> int:
                        "best_minus_latest": bst.minus(latest),
                        "latest_minus_swingup_lqr": latest.minus(baseline)}
         print(f"  GRPO seed {r['seed']}, {r['iterations']} iterations: latest {latest}, "
-              f"best.pt {bst}; latest - optimum "
-              f"{format_difference(r['paired']['latest_minus_optimum'])}, best.pt - latest "
+              f"deployed.pt {bst}; latest - optimum "
+              f"{format_difference(r['paired']['latest_minus_optimum'])}, deployed.pt - latest "
               f"{format_difference(r['paired']['best_minus_latest'])}, latest - swing-up + LQR "
               f"{format_difference(r['paired']['latest_minus_swingup_lqr'])}")
     worst_gap = -min(gaps)

@@ -4,9 +4,9 @@ A minibatch's gradient through torch autograd is ~40 small ops forward and
 back, each paying torch's per-call cost; ``CGradient.gradient`` computes the
 same gradient in one C call and writes it into the parameters' ``.grad``, so
 the optimiser steps as before. It covers the default policy and loss: ReLU
-layers (Fourier features or none), one state-independent std, the fixed or
-adaptive clip, no KL to a reference, no probes or smoothness terms.
-``CGradient.of`` says None elsewhere and grpo_update takes the torch path.
+layers (Fourier features or none), the clip or adaptive clip, no KL to a
+reference, no smoothness term. ``CGradient.applies`` says where; the trainer
+takes the torch path elsewhere (grpo.gradient_backend).
 """
 from __future__ import annotations
 
@@ -51,18 +51,28 @@ class CGradient:
     and at that update's batch."""
 
     @staticmethod
-    def of(policy: GaussianPolicy, cfg, batch, ref=None) -> "CGradient | None":
-        """The C gradient for this update, or None where it does not apply."""
+    def applies(policy: GaussianPolicy, cfg, ref=None) -> bool:
+        """Whether C computes this loss's gradient for this policy: ReLU layers (at most
+        PU_MAX_HIDDEN), the clip or adaptive clip, no KL to a reference, no w_smooth, an
+        aggregation C knows, and ``c_update`` on."""
         arch = policy.arch
-        if (not cfg.c_update or arch["activation"] != "relu" or arch["sde"]
-                or policy.std_head is not None or batch.log_std_old.dim() != 1
-                or cfg.trust_region not in ("fixed", "adaptive")
-                or (cfg.beta > 0 and ref is not None) or batch.probe_mask is not None
-                or cfg.w_smooth > 0 or cfg.loss_agg not in AGGREGATIONS
-                or arch["layers"] > lib.PU_MAX_HIDDEN):
+        return bool(cfg.c_update and arch["activation"] == "relu"
+                    and cfg.loss_type in ("clip", "adaptive_clip")
+                    and not (cfg.beta > 0 and ref is not None) and cfg.w_smooth == 0
+                    and cfg.loss_agg in AGGREGATIONS and arch["layers"] <= lib.PU_MAX_HIDDEN)
+
+    @staticmethod
+    def of(policy: GaussianPolicy, cfg, batch, ref=None) -> "CGradient | None":
+        """The C gradient for this update, or None where it does not apply (``applies``)."""
+        if not CGradient.applies(policy, cfg, ref):
             return None
-        # the network's pointers are set up once per policy (~0.1 ms an update otherwise,
-        # with the caches cold after a rollout), and checked each time
+        return CGradient.bound(policy, batch)
+
+    @staticmethod
+    def bound(policy: GaussianPolicy, batch) -> "CGradient":
+        """``policy``'s C gradient pointed at ``batch``. The network's pointers are set up
+        once per policy (~0.1 ms an update otherwise, with the caches cold after a
+        rollout), and checked each time."""
         c = _BUILT.get(policy)
         if c is None or c.pointers != _pointers(policy):
             c = _BUILT[policy] = CGradient(policy)

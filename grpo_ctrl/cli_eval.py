@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from grpo_ctrl import render
 from grpo_ctrl.baselines import BASELINES
 from grpo_ctrl.closed_loop import evaluate_on_gymnasium_pendulum, summarise
 from grpo_ctrl.controller import OPTIMUM, load_controller
@@ -26,7 +27,7 @@ from grpo_ctrl.option_types import MAX_EPISODES, positive_int, seed
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", nargs="*", help="run folder (its best checkpoint) or checkpoint file "
+    p.add_argument("run", nargs="*", help="run folder (its deployed checkpoint) or checkpoint file "
                    "(several with --robustness)")
     p.add_argument("--controller", choices=(*BASELINES, OPTIMUM),
                    help="evaluate a baseline instead of a run (needs --system; with "
@@ -37,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"{HELDOUT_EPISODES}; with --robustness: per grid point, default 20)")
     p.add_argument("--seed", type=seed, default=HELDOUT_SEED,
                    help=f"seed of the first episode's start state (default {HELDOUT_SEED}, "
-                        "away from the starts training selects best.pt on)")
+                        "away from the starts training selects deployed.pt on)")
     p.add_argument("--against", metavar="RUN|BASELINE",
                    help="also score this run, checkpoint, baseline or 'optimum' on the same "
                         "episodes and print the paired difference")
@@ -49,6 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--episodes per grid point (default 20), 10x that in the realistic row")
     p.add_argument("--out", help="folder for the robustness table, JSON and PNG (default: the "
                                  "first run's folder, else robustness-SYSTEM-PRESET)")
+    render.add_eval_arguments(p)
 
 
 def column_names(runs: list[str]) -> list[str]:
@@ -105,6 +107,10 @@ def run_robustness(controllers: dict, args) -> int:
 def run(args) -> int:
     if args.robustness and args.gym:
         raise UserError("--robustness runs on the C simulator; drop --gym")
+    if args.video:
+        if args.robustness:
+            raise UserError("--video draws episodes of one controller; drop --robustness")
+        render.check_video_path(args.video)
     controllers = resolve_controllers(args)
     if args.robustness:
         return run_robustness(controllers, args)
@@ -140,4 +146,6 @@ def run(args) -> int:
         o = Score(o.returns, o.success, args.seed)
         print(f"  {args.against} on the same episodes: {o.mean:.2f} (s.e. {o.se:.2f}); "
               f"{name} - {args.against} (paired): {format_difference(result.minus(o))}")
+    if args.video:
+        render.eval_video(controller, name, args)
     return 0

@@ -7,7 +7,7 @@ the paired difference has a far smaller standard error than the two means
 better on nearly every start).
 
 The episodes are fixed start states from fixed seeds, not the ones training
-selects ``best.pt`` on (its in-training evaluation draws 100 starts from the C
+selects ``deployed.pt`` on (its in-training evaluation draws 100 starts from the C
 simulator's RNG, seeds 1000003 + the training seed on). For the gym pendulum
 they are Gymnasium's own Pendulum-v1
 resets (``reset(seed=s)``, s = ``HELDOUT_SEED`` + i), then stepped in the C

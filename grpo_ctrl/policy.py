@@ -2,11 +2,7 @@
 
 Distribution. The network maps normalised observations to the mean ``mu`` of
 a Gaussian over a pre-squash action ``z``; the standard deviation
-``exp(log_std)`` is one learned number, state-independent, or (``state_std``)
-that number plus a second output of the network's last hidden layer, so the
-noise can differ from state to state, or (``sde``, gSDE) the std of a
-branch's state-dependent noise ``f(s) . E``: ``sde_features`` f, ``sde_log_std``.
-The actuator
+``exp(log_std)`` is one learned number, state-independent. The actuator
 command is the tanh-squashed sample ``a = u_max * tanh(z)``, so it never
 leaves ``[-u_max, u_max]`` and the simulator's clip never bites. The density
 of ``a`` carries the change-of-variables Jacobian::
@@ -42,7 +38,7 @@ import torch.nn.functional as F
 from grpo_ctrl.errors import UserError, one_line
 from grpo_ctrl.files import atomic_write
 from grpo_ctrl.plant import plant_spec
-from grpo_ctrl.run_folder import BEST, checkpoint_path, run_of
+from grpo_ctrl.run_folder import DEPLOYED, checkpoint_path, run_of
 
 CHECKPOINT_FORMAT = "grpo-ctrl-policy-v1"
 ACTIVATIONS = {"relu": nn.ReLU, "elu": nn.ELU, "tanh": nn.Tanh}
@@ -52,27 +48,6 @@ LOG_2PI = math.log(2.0 * math.pi)
 def gaussian_log_prob(z: torch.Tensor, mu: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
     """log N(z; mu, exp(log_std)^2), elementwise."""
     return -0.5 * ((z - mu) * torch.exp(-log_std)) ** 2 - log_std - 0.5 * LOG_2PI
-
-
-def sde_features(hidden: torch.Tensor) -> torch.Tensor:
-    """gSDE's features of a state: the last hidden layer with a constant 1 appended,
-    detached (the noise does not train the mean network, as in Stable-Baselines3), and
-    scaled to unit norm. A branch's noise is ``f(s) . E`` with its exploration matrix
-    E_j ~ N(0, sigma_j^2): per state a Gaussian of variance sum_j f_j^2 sigma_j^2, a
-    weighted mean of the sigma_j^2 (the f_j^2 sum to 1). So the per-step std stays within
-    [min sigma_j, max sigma_j] however the features grow while the network learns: the
-    floor on every log sigma_j is a floor on the per-step std, and a log_std_init for all
-    of them is the per-step std at the start. (SB3 leaves the features unscaled: there the
-    noise level drifts with their norm.) The constant keeps the norm >= 1 where every
-    ReLU is off."""
-    f = torch.cat([hidden.detach(), torch.ones(*hidden.shape[:-1], 1)], dim=-1)
-    return f / f.norm(dim=-1, keepdim=True)
-
-
-def sde_log_std(features: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
-    """Log std of gSDE's per-step noise f . E, E_j ~ N(0, exp(log_std_j)^2):
-    0.5 log sum_j f_j^2 exp(2 log_std_j)."""
-    return 0.5 * torch.log(features.square() @ torch.exp(2.0 * log_std))
 
 
 def log_tanh_jacobian(z: torch.Tensor, u_max: float) -> torch.Tensor:
@@ -216,24 +191,14 @@ class GaussianPolicy(nn.Module):
     """The trained object: mean network, log_std, observation normaliser, u_max."""
 
     def __init__(self, nobs: int, u_max: float, hidden: int = 64, layers: int = 2,
-                 activation: str = "relu", log_std_init: float = 0.0, state_std: bool = False,
-                 log_std_min: float = -math.inf, sde: bool = False, features: int = 0,
-                 feature_scale: float = 1.0):
+                 activation: str = "relu", log_std_init: float = 0.0,
+                 log_std_min: float = -math.inf, features: int = 0, feature_scale: float = 1.0):
         super().__init__()
         self.arch = {"nobs": nobs, "hidden": hidden, "layers": layers, "activation": activation,
-                     "state_std": bool(state_std), "sde": bool(sde), "features": int(features),
-                     "feature_scale": float(feature_scale)}
+                     "features": int(features), "feature_scale": float(feature_scale)}
         self.u_max = float(u_max)
         self.net = mlp_for(self.arch)
-        # sde: one log sigma per feature (the hidden layer and the constant, sde_features)
-        self.log_std = nn.Parameter(torch.full((hidden + 1 if sde else 1,), float(log_std_init)))
-        # state_std: log std(s) = log_std + std_head(last hidden layer), floored at log_std_min;
-        # zero at the start, so it begins as the state-independent policy. The deployed
-        # controller uses net alone.
-        self.std_head = nn.Linear(hidden, 1) if state_std else None
-        if self.std_head is not None:
-            nn.init.zeros_(self.std_head.weight)
-            nn.init.zeros_(self.std_head.bias)
+        self.log_std = nn.Parameter(torch.full((1,), float(log_std_init)))
         self.log_std_min = float(log_std_min)
         self.obs_norm = RunningNorm(nobs)
         self.refresh_norm()
@@ -249,37 +214,18 @@ class GaussianPolicy(nn.Module):
         """Mean of z for normalised observations, shape (N,)."""
         return run_layers(self.net, obs_normalised).squeeze(-1)
 
-    def hidden(self, obs_normalised: torch.Tensor) -> torch.Tensor:
-        """The last hidden layer, (N, hidden) (net[:-1] would build a new Sequential per call:
-        ~50 us, a fifth of the forward pass, in the rollout's loop)."""
-        return run_layers(list(self.net)[:-1], obs_normalised)
-
     def dist(self, obs_normalised: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(mean, log std) of z for normalised observations: shapes (N,) and
-        (N,), or (1,) for the state-independent std (it broadcasts)."""
-        if self.arch["sde"]:
-            mu, features = self.sde_dist(obs_normalised)
-            return mu, sde_log_std(features, self.log_std)
-        if self.std_head is None:
-            return self.mu(obs_normalised), self.log_std
-        h = self.hidden(obs_normalised)
-        log_std = self.log_std + self.std_head(h).squeeze(-1)
-        return self.net[-1](h).squeeze(-1), log_std.clamp(min=self.log_std_min)
-
-    def sde_dist(self, obs_normalised: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """gSDE: (mean of z, sde_features), shapes (N,) and (N, hidden + 1); the per-step
-        log std is sde_log_std(features, log_std), unclamped: it is >= the smallest log
-        sigma_j, each floored."""
-        h = self.hidden(obs_normalised)
-        return self.net[-1](h).squeeze(-1), sde_features(h)
+        """(mean, log std) of z for normalised observations: shapes (N,) and (1,) (the
+        std is state-independent: it broadcasts)."""
+        return self.mu(obs_normalised), self.log_std
 
     def c_mean_network(self) -> tuple[dict, np.ndarray] | None:
         """The mean network as the C rollout takes it (csrc/policy_rollout.h, ``pr_net``):
         its sizes, and the normaliser, features and layers in one float32 array in that
         header's order; None where C does not run this network (an activation other than
-        ReLU; gSDE and the per-state std need the last hidden layer)."""
+        ReLU)."""
         arch = self.arch
-        if arch["activation"] != "relu" or arch["sde"] or self.std_head is not None:
+        if arch["activation"] != "relu":
             return None
         parts = [self._obs_mean, self._obs_inv_std]
         for layer in self.net:
@@ -295,7 +241,6 @@ class GaussianPolicy(nn.Module):
     # (pickling arrays is ~20x faster than pickling tensors).
     def numpy_state(self) -> dict:
         return {"net": {k: v.numpy() for k, v in self.net.state_dict().items()},
-                "std_head": {k: v.numpy() for k, v in self._std_head_state().items()},
                 "log_std": self.log_std.detach().numpy().copy(),
                 "obs_norm": {k: v.numpy() if isinstance(v, torch.Tensor) else v
                              for k, v in self.obs_norm.state_dict().items()}}
@@ -304,14 +249,11 @@ class GaussianPolicy(nn.Module):
         """``numpy_state``'s arrays copied into this policy's tensors in place: a tenth of
         load_state_dict's time (0.3 ms, the overlap collector's every iteration)."""
         with torch.no_grad():
-            for part, module in (("net", self.net), ("std_head", self.std_head)):
-                if module is None:
-                    continue
-                live = module.state_dict(keep_vars=True)
-                if live.keys() != state[part].keys():
-                    raise ValueError(f"{part}: expected {sorted(live)}, got {sorted(state[part])}")
-                for k, t in live.items():
-                    t.copy_(torch.from_numpy(state[part][k]))
+            live = self.net.state_dict(keep_vars=True)
+            if live.keys() != state["net"].keys():
+                raise ValueError(f"net: expected {sorted(live)}, got {sorted(state['net'])}")
+            for k, t in live.items():
+                t.copy_(torch.from_numpy(state["net"][k]))
             self.log_std.copy_(torch.from_numpy(state["log_std"]))
         self.obs_norm.load_state_dict({k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
                                        for k, v in state["obs_norm"].items()})
@@ -322,28 +264,27 @@ class GaussianPolicy(nn.Module):
         return {"format": CHECKPOINT_FORMAT, "arch": dict(self.arch), "u_max": self.u_max,
                 "system": spec.system, "preset": spec.preset, "config": dict(config),
                 "net": {k: v.clone() for k, v in self.net.state_dict().items()},
-                "std_head": {k: v.clone() for k, v in self._std_head_state().items()},
                 "log_std": self.log_std.detach().clone(), "obs_norm": self.obs_norm.state_dict(),
                 **(extra or {})}
 
     @classmethod
     def from_checkpoint(cls, ck: dict) -> "GaussianPolicy":
-        p = cls(ck["arch"]["nobs"], ck["u_max"], ck["arch"]["hidden"], ck["arch"]["layers"],
-                ck["arch"]["activation"], state_std=ck["arch"].get("state_std", False),
+        """The policy of a checkpoint; UserError for one of a per-state std or gSDE, which
+        were removed (docs/research.md)."""
+        arch = ck["arch"]
+        for removed in ("state_std", "sde"):
+            if arch.get(removed):
+                raise UserError(f"this checkpoint's policy uses {removed}, which was removed "
+                                f"(docs/research.md; the tag research-2026-12 still reads it)")
+        p = cls(arch["nobs"], ck["u_max"], arch["hidden"], arch["layers"], arch["activation"],
                 log_std_min=ck.get("config", {}).get("log_std_min", -math.inf),
-                sde=ck["arch"].get("sde", False), features=ck["arch"].get("features", 0),
-                feature_scale=ck["arch"].get("feature_scale", 1.0))
+                features=arch.get("features", 0), feature_scale=arch.get("feature_scale", 1.0))
         p.net.load_state_dict(ck["net"])
-        if p.std_head is not None:
-            p.std_head.load_state_dict(ck["std_head"])
         with torch.no_grad():
             p.log_std.copy_(ck["log_std"])
         p.obs_norm.load_state_dict(ck["obs_norm"])
         p.refresh_norm()
         return p
-
-    def _std_head_state(self) -> dict:
-        return self.std_head.state_dict() if self.std_head is not None else {}
 
     def controller(self, spec) -> "PolicyController":
         return PolicyController(self, spec)
@@ -403,7 +344,7 @@ def read_checkpoint(path: Path) -> dict:
     return ck
 
 
-def load_policy(path: Path, which: str = BEST) -> tuple[GaussianPolicy, dict, Path]:
+def load_policy(path: Path, which: str = DEPLOYED) -> tuple[GaussianPolicy, dict, Path]:
     ck_path = checkpoint_path(path, which)
     ck = read_checkpoint(ck_path)
     try:
@@ -414,8 +355,8 @@ def load_policy(path: Path, which: str = BEST) -> tuple[GaussianPolicy, dict, Pa
                         "retrain or point at another checkpoint") from None
 
 
-def load_policy_controller(path, which: str = BEST) -> PolicyController:
-    """The deterministic controller of a run folder (its best checkpoint by
+def load_policy_controller(path, which: str = DEPLOYED) -> PolicyController:
+    """The deterministic controller of a run folder (its deployed checkpoint by
     default) or of a checkpoint file, per grpo_ctrl.controller's contract.
     ``.source_info`` = {run, checkpoint, sha256} of what it was loaded from."""
     policy, ck, ck_path = load_policy(Path(path), which)

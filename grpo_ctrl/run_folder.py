@@ -5,10 +5,11 @@ every loader of a run reads, named in one place.
   the plant's ``system`` and ``preset`` included;
 * ``metrics.jsonl``: one line per iteration;
 * ``curve.png``: the training curve;
-* ``latest.pt`` and ``best.pt``: the last checkpoint and the deployed one (what
-  eval, export and run load from a folder): the one with the best deterministic
-  evaluation return so far, or with ``deploy = "final"`` the policy training
-  ended with.
+* ``latest.pt`` and ``deployed.pt``: the last checkpoint and the deployed one
+  (what eval, export and run load from a folder): by ``deploy``, the one with the
+  best deterministic evaluation return, the policy training ended with, or the
+  calm one (grpo_ctrl/deploy.py). Run folders made before hold it as ``best.pt``,
+  which every loader still reads.
 """
 from __future__ import annotations
 
@@ -21,20 +22,25 @@ CONFIG = "config.toml"
 METRICS = "metrics.jsonl"
 CURVE = "curve.png"
 LATEST = "latest"
-BEST = "best"
+DEPLOYED = "deployed"
+OLD_NAMES = {DEPLOYED: "best"}  # what run folders made before call a checkpoint
 
 
 def checkpoint_file(which: str) -> str:
-    """The file name of checkpoint ``which`` (``LATEST`` or ``BEST``)."""
+    """The file name of checkpoint ``which`` (``LATEST`` or ``DEPLOYED``)."""
     return f"{which}.pt"
 
 
-def checkpoint_path(path: Path, which: str = BEST) -> Path:
-    """The checkpoint a run folder or file names: ``best.pt`` of a run folder
-    by default (``latest.pt`` if there is no best yet)."""
+def checkpoint_path(path: Path, which: str = DEPLOYED) -> Path:
+    """The checkpoint a run folder or file names: ``deployed.pt`` of a run folder
+    by default (``best.pt`` in a folder made before; ``latest.pt`` if there is
+    none of them yet)."""
     path = Path(path)
     if path.is_dir():
-        names = (checkpoint_file(which), checkpoint_file(LATEST))
+        names = [checkpoint_file(which)]
+        if which in OLD_NAMES:
+            names.append(checkpoint_file(OLD_NAMES[which]))
+        names = list(dict.fromkeys([*names, checkpoint_file(LATEST)]))
         for name in names:
             if (path / name).is_file():
                 return path / name

@@ -37,14 +37,16 @@ try:
 except ModuleNotFoundError:  # Python 3.10: tomli is the same parser (pyproject requires it there)
     import tomli as tomllib
 
-from grpo_ctrl import distributed
+from grpo_ctrl import runtime  # first: it sets the OpenMP environment before torch loads
+from grpo_ctrl import distributed, train_log
 from grpo_ctrl.deploy import CalmChoice
 from grpo_ctrl.distributed import Ranks
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.files import atomic_write, save_figure, write_toml
+from grpo_ctrl.files import atomic_write, write_toml
 from grpo_ctrl.grpo import Trainer
-from grpo_ctrl.grpo_config import (CHOICES, LONG_BUDGET_DEFAULTS, GRPOConfig, check_config,
-                                   default_config, long_budget_defaults)
+from grpo_ctrl.grpo_config import (CHOICES, LONG_BUDGET_DEFAULTS, OLD_VALUES, SECTIONS,
+                                   GRPOConfig, check_config, default_config,
+                                   long_budget_defaults, upgrade_config)
 from grpo_ctrl.option_types import number
 from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
 from grpo_ctrl.plant import plant_spec, resolve_plant
@@ -52,7 +54,7 @@ from grpo_ctrl.plant_file import read_plant_file
 from grpo_ctrl.randomize import (Randomization, centred_on_fit, default_randomization,
                                  with_overrides)
 from grpo_ctrl.sim import BatchSim
-from grpo_ctrl.run_folder import (BEST, CONFIG, CURVE, LATEST, METRICS, checkpoint_file,
+from grpo_ctrl.run_folder import (CONFIG, CURVE, DEPLOYED, LATEST, METRICS, checkpoint_file,
                                   read_metrics)
 
 # what config.toml holds besides the GRPOConfig fields
@@ -67,7 +69,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its latest checkpoint for another "
                         "--time-budget seconds")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress (a bar on a terminal, else a line per evaluation)")
+    p.add_argument("--tensorboard", metavar="DIR",
+                   help="also write the metrics as TensorBoard event files in DIR "
+                        "(tensorboard --logdir DIR)")
     p.add_argument("--nproc", type=number(int, 1, 1024), default=None, metavar="N",
                    help="data-parallel worker processes on this machine, one per core "
                         "(default 1; overlap is off with more than one; under torchrun the "
@@ -81,16 +87,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="domain randomisation over the plant's default ranges (pendulum/rig "
                         "and furuta/qube-servo2 draw by default; docs/robustness.md): "
                         "params=0.3, delay=1,2, motor_k=0.5,1, scale.m=0.8,1.2, ..., or off")
-    g = p.add_argument_group("GRPO hyperparameters (override the config file)")
+    groups = {name: p.add_argument_group(f"GRPO: {name} (override the config file)")
+              for name in SECTIONS}
     for f in fields(GRPOConfig):
         flag = "--" + f.name.replace("_", "-")
         m = f.metadata
         kind = {"int": int, "float": float, "str": str, "bool": _boolean}[f.type]
         metavar = ("|".join(CHOICES[f.name]) if f.name in CHOICES else
                    "true|false" if kind is _boolean else kind.__name__.upper())
-        parse = number(kind, m["low"], m["high"], m["above"]) if kind in (int, float) else kind
-        g.add_argument(flag, dest=f.name, type=parse, default=None, metavar=metavar,
-                       choices=m["choices"], help=m["doc"].replace("%", "%%"))
+        parse = (number(kind, m["low"], m["high"], m["above"]) if kind in (int, float)
+                 else _with_old_values(f.name) if f.name in OLD_VALUES else kind)
+        groups[m["section"]].add_argument(flag, dest=f.name, type=parse, default=None,
+                                          metavar=metavar, choices=m["choices"],
+                                          help=m["doc"].replace("%", "%%"))
+
+
+def _with_old_values(name: str):
+    """A choice's parser that takes its old spellings too (``OLD_VALUES``)."""
+    old = OLD_VALUES[name]
+    return lambda text: old.get(text, text)
 
 
 def _boolean(text: str) -> bool:
@@ -111,6 +126,9 @@ def read_toml(path: str) -> dict:
         raise UserError(f"cannot read config file {path!r}: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"config file {path!r} is not valid TOML: {e}") from None
+    data, notes = upgrade_config(data, f"config file {path!r}")
+    for note in notes:
+        print(f"grpo-ctrl: note: {note}", file=sys.stderr)
     known = {f.name for f in fields(GRPOConfig)} | set(RUN_KEYS)
     unknown = sorted(set(data) - known)
     if unknown:
@@ -207,7 +225,7 @@ class RunFolder:
                    policy: GaussianPolicy | None = None) -> None:
         """``policy``: another than the trainer's (deploy calm's choice)."""
         ck = (policy or trainer.policy).checkpoint(trainer.spec, asdict(trainer.cfg),
-                                       {**extra, "trainer": trainer.state(),
+                                       {**extra, "trainer": resume_state(trainer),
                                         "randomize": trainer.randomize.to_table()})
         save_checkpoint(ck, self.out / checkpoint_file(name))
 
@@ -215,62 +233,55 @@ class RunFolder:
         self.metrics.close()
 
 
-def plot_curve(metrics_path: Path, png: Path) -> None:
-    """Training curve: evaluation and branch returns, KL, clip and entropy vs wall time."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    rows = read_metrics(metrics_path)
-    if not rows:
-        return
-    t = [r["wall_time"] for r in rows]
-    ev = [(r["wall_time"], r["eval_return"]) for r in rows if r.get("eval_return") is not None]
-    fig, ax = plt.subplots(2, 2, figsize=(10, 6.5), sharex=True)
-    if ev:
-        ax[0, 0].plot(*zip(*ev), "o-", ms=3, label="deterministic policy, mean over evaluation episodes")
-    ax[0, 0].set_ylabel("return")
-    ax[0, 0].legend()
-    ax[0, 1].plot(t, [r["branch_return"] for r in rows], lw=0.8)
-    ax[0, 1].set_ylabel("discounted branch return")
-    ax[1, 0].semilogy(t, [max(r["kl_old"], 1e-8) for r in rows], lw=0.8, label="KL(old||new)")
-    ax[1, 0].semilogy(t, [max(r["clip_low"] + r["clip_high"], 1e-8) for r in rows], lw=0.8,
-                      label="clip fraction")
-    ax[1, 0].set_ylim(bottom=1e-5)
-    ax[1, 0].legend()
-    ax[1, 1].plot(t, [r["entropy"] for r in rows], lw=0.8)
-    ax[1, 1].set_ylabel("entropy (nats)")
-    for a in ax[1]:
-        a.set_xlabel("training wall time (s)")
-    fig.suptitle(metrics_path.parent.name)
-    fig.tight_layout()
-    save_figure(fig, png, dpi=90)
-    plt.close(fig)
+def resume_state(trainer: Trainer) -> dict:
+    """What beyond the policy a run needs to continue (a checkpoint's "trainer")."""
+    return {"optimizer": trainer.opt.state_dict(), "iteration": trainer.iteration,
+            "eps_scale": trainer.eps_scale, "torch_rng": trainer.gen.get_state(),
+            "sim_steps": trainer.rollout.sim_steps * trainer.ranks.world}
+
+
+def resume_from(trainer: Trainer, ck: dict) -> None:
+    """Continue ``trainer`` from checkpoint ``ck``: its policy, optimiser, iteration,
+    clip scale and noise stream; fresh trajectories from a seed tied to the iteration."""
+    policy, st, ranks = GaussianPolicy.from_checkpoint(ck), ck["trainer"], trainer.ranks
+    trainer.policy.load_state_dict(policy.state_dict())
+    trainer.policy.obs_norm.load_state_dict(policy.obs_norm.state_dict())
+    trainer.policy.refresh_norm()
+    trainer.opt.load_state_dict(st["optimizer"])
+    trainer.iteration, trainer.eps_scale = int(st["iteration"]), float(st["eps_scale"])
+    trainer.rollout.sim_steps = int(st["sim_steps"]) // ranks.world
+    if ranks.is_main:  # the checkpoint holds rank 0's noise stream
+        trainer.gen.set_state(st["torch_rng"])
+    else:
+        trainer.gen.manual_seed(ranks.seed(trainer.cfg.seed) + 7919 * trainer.iteration)
+    if trainer.ref is not None:
+        trainer.set_ref(trainer.policy)
+    trainer.rollout.restart(ranks.seed(trainer.cfg.seed) + 7919 * trainer.iteration)
+
+
+plot_curve = train_log.plot_curve  # curve.png: train_log.py draws it
 
 
 def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: bool = False,
           progress: bool = True, on_iteration=None, ranks: Ranks | None = None,
-          randomize: Randomization | None = None, stop=None) -> dict:
+          randomize: Randomization | None = None, stop=None, tensorboard=None) -> dict:
     """Train until the time budget or iteration limit, or until ``stop()``
     (checked between iterations) is true; returns a summary.
     ``on_iteration(trainer, row)`` is called after every iteration (the
     benchmark snapshots the policy there); its time is not training time.
     In data-parallel training every rank calls this; rank 0's clock decides
     the schedule and the stop, and rank 0 alone evaluates and writes ``out``.
-    ``randomize``: the plant's ranges (default: ``default_randomization``)."""
-    from tqdm import tqdm
-    # no tqdm monitor thread: it outlives the bar and wakes every 10 s to take the GIL at
-    # ordinary priority, so a busy machine that preempts it there holds up a real-time
-    # control loop that runs later in the same process (`grpo-ctrl demo`)
-    tqdm.monitor_interval = 0
+    ``randomize``: the plant's ranges (default: ``default_randomization``).
+    ``tensorboard``: a folder for TensorBoard event files (rank 0 writes)."""
     ranks = ranks or Ranks.current()
     if randomize is None:
         randomize = default_randomization(system, preset)
     trainer = Trainer(cfg, system, preset, ranks, randomize)
     wall, best, evals_done = 0.0, -math.inf, 0
-    deployed = None  # deploy calm: the iteration whose policy best.pt holds
+    deployed = None  # deploy calm: the iteration whose policy deployed.pt holds
     if resume:
         ck = read_checkpoint(out / checkpoint_file(LATEST))
-        trainer.load_state(GaussianPolicy.from_checkpoint(ck), ck["trainer"])
+        resume_from(trainer, ck)
         wall, best = float(ck.get("wall_time", 0.0)), float(ck.get("best_return", -math.inf))
     folder = (RunFolder(out, system, preset, cfg, randomize,
                         trainer.iteration if resume else None)
@@ -278,11 +289,9 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
     start_wall, next_eval = wall, wall
     budget = cfg.time_budget if cfg.time_budget > 0 else math.inf
     quiet = not progress or not ranks.is_main
-    if math.isinf(budget):  # no time budget: the bar counts iterations (of the limit, if any)
-        bar = tqdm(total=cfg.iterations or None, unit="it", disable=quiet)
-    else:
-        bar = tqdm(total=round(budget, 1), unit="s", disable=quiet,
-                   bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}{postfix}]")
+    # a bar on a terminal, a line per evaluation in a log; TensorBoard (train_log.py)
+    bar = train_log.Progress(not quiet, budget, cfg.iterations,
+                             tensorboard if ranks.is_main else None)
     last_eval = None
     calm = CalmChoice(trainer.spec) if cfg.deploy == "calm" and folder is not None else None
 
@@ -297,6 +306,7 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
     # message rather than in a collective of its own, so its evaluation and logging count
     # from the next iteration on; the first iteration and one process agree here.
     shared = None
+    runtime.freeze_setup()  # what set-up made lives to the end: no collection walks it
     try:
         while True:
             clock, go = shared or ranks.agree([wall, more(wall)])  # rank 0's, on every rank
@@ -329,21 +339,17 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
                     extra = {"wall_time": wall, "best_return": max(best, last_eval),
                              "eval_return": last_eval}
                     if last_eval > best and cfg.deploy == "best":
-                        folder.checkpoint(trainer, BEST, extra)
+                        folder.checkpoint(trainer, DEPLOYED, extra)
                     folder.checkpoint(trainer, LATEST, extra)
             if last_eval is not None:
                 best = max(best, last_eval)
-            bar.update(1 if math.isinf(budget) else min(dt, bar.total - bar.n))
-            shown = last_eval if last_eval is not None else float("nan")
-            bar.set_postfix_str(f"it {trainer.iteration} eval {shown:.1f} "
-                                f"best {best:.1f} KL {row['kl_old']:.4f} "
-                                f"clip {row['clip_low'] + row['clip_high']:.3f} "
-                                f"sim {row['sim_steps_per_s'] / 1e6:.2f}M steps/s", refresh=False)
+            bar.update(row, dt, trainer.iteration, last_eval, best)
             if on_iteration is not None:
                 on_iteration(trainer, row)
     finally:
         bar.close()
         trainer.close()
+        runtime.thaw()
         if folder is not None:
             final_eval, _ = trainer.evaluate()
             extra = {"wall_time": wall, "best_return": max(best, final_eval),
@@ -351,11 +357,11 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
             if calm is not None:
                 calm.offer(trainer.iteration, trainer.policy)
                 chosen, record = calm.choose()
-                folder.checkpoint(trainer, BEST, {**extra, "calm": record}, chosen.policy)
+                folder.checkpoint(trainer, DEPLOYED, {**extra, "calm": record}, chosen.policy)
                 deployed = chosen.iteration
             elif (cfg.deploy == "final" or final_eval > best
-                    or not (out / checkpoint_file(BEST)).exists()):
-                folder.checkpoint(trainer, BEST, extra)
+                    or not (out / checkpoint_file(DEPLOYED)).exists()):
+                folder.checkpoint(trainer, DEPLOYED, extra)
             best = max(best, final_eval)
             folder.checkpoint(trainer, LATEST, extra)
             folder.close()
@@ -366,6 +372,8 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
 
 def run(args) -> int:
     system, preset, cfg, out, randomize = resolve(args)
+    if args.tensorboard:
+        train_log.check_tensorboard(args.tensorboard)
     launched = distributed.torchrun_world()
     if launched is not None and args.nproc is not None:
         raise UserError("--nproc starts local workers, but torchrun already started this one: "
@@ -382,7 +390,7 @@ def run(args) -> int:
         distributed.pin_ranks(world)  # a bad GRPO_CTRL_DIST_PIN, before the run folder
     with StopSignals() as signals:  # before the fork: every rank inherits it
         work = (system, preset, cfg, out, args.resume, not args.quiet, randomize,
-                lambda: signals.received is not None)
+                lambda: signals.received is not None, args.tensorboard)
         if launched is not None:
             distributed.run_from_env(_train_and_report, work)
         elif world > 1:
@@ -411,7 +419,8 @@ def _long_run_note(system: str, preset: str, cfg: GRPOConfig) -> str:
 
 
 def _train_and_report(system: str, preset: str, cfg: GRPOConfig, out: Path, resume: bool,
-                      progress: bool, randomize: Randomization, stop) -> None:
+                      progress: bool, randomize: Randomization, stop,
+                      tensorboard=None) -> None:
     """Train as this process's rank; rank 0 says what it does."""
     ranks = Ranks.current()
     if ranks.is_main:
@@ -426,7 +435,7 @@ def _train_and_report(system: str, preset: str, cfg: GRPOConfig, out: Path, resu
                  if randomize.active else "")
               + _long_run_note(system, preset, cfg), flush=True)
     summary = train(system, preset, cfg, out, resume=resume, progress=progress, ranks=ranks,
-                    randomize=randomize, stop=stop)
+                    randomize=randomize, stop=stop, tensorboard=tensorboard)
     if ranks.is_main:
         print(f"done: {summary['iterations']} iterations in {summary['wall_time']:.1f} s; best "
               f"evaluation return {summary['best_return']:.1f} ({cfg.eval_episodes} episodes); "

@@ -138,7 +138,7 @@ def _two_rank_run(out_dir, **overrides) -> list[list[dict]]:
 
 def test_two_ranks_hold_identical_weights_after_every_update_and_reproduce(tmp_path, monkeypatch):
     # batch-scaled advantages and the adaptive clip exercise the reduced statistics
-    variant = dict(adv_scale="batch", trust_region="adaptive", epochs=2)
+    variant = dict(adv_scale="batch", loss_type="adaptive_clip", epochs=2)
     first = _two_rank_run(tmp_path / "a", **variant)
     rank0, rank1 = first
     assert len(rank0) == len(rank1) == 4

@@ -252,7 +252,7 @@ def test_demo_trains_exports_and_flies_the_hil_pendulum(tmp_path):
     r = subprocess.run(CLI + ["demo", "--duration", "4", "--out", str(out)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    for name in ("policy.onnx", "telemetry.csv", "loop.png", "run/best.pt"):
+    for name in ("policy.onnx", "telemetry.csv", "loop.png", "run/deployed.pt"):
         assert (out / name).is_file(), name
     assert "ended: completed" in r.stdout and "disarm acknowledged" in r.stdout
     end = next(line for line in r.stdout.splitlines() if line.startswith("pendulum at the end"))

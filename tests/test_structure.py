@@ -33,7 +33,7 @@ LAYERS = [
     ("training", ["grpo_ctrl.grpo_config", "grpo_ctrl.distributed", "grpo_ctrl.grpo",
                   "grpo_ctrl.c_gradient",
                   "grpo_ctrl.overlap", "grpo_ctrl.trust_region", "grpo_ctrl.train",
-                  "grpo_ctrl.heap", "grpo_ctrl.deploy"]),
+                  "grpo_ctrl.heap", "grpo_ctrl.runtime", "grpo_ctrl.deploy"]),
     ("export", ["grpo_ctrl.export"]),
     ("serial bridge", ["grpo_ctrl.firmware_bridge", "grpo_ctrl.sysid"]),
     ("application", ["grpo_ctrl.cli", "grpo_ctrl.__main__", "grpo_ctrl.demo", "grpo_ctrl.bench_cli",

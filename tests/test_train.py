@@ -20,7 +20,6 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import GRPOConfig, default_config
 from grpo_ctrl.policy import ACTIVATIONS, GaussianPolicy, load_policy_controller, plain_sin
-from grpo_ctrl.sim import BatchSim
 
 torch.set_num_threads(1)
 
@@ -156,7 +155,7 @@ def run_folder(tmp_path_factory):
 
 
 def test_run_folder_holds_config_metrics_curve_and_checkpoints(run_folder):
-    for name in ("config.toml", "metrics.jsonl", "curve.png", "latest.pt", "best.pt"):
+    for name in ("config.toml", "metrics.jsonl", "curve.png", "latest.pt", "deployed.pt"):
         assert (run_folder / name).is_file(), name
     rows = [json.loads(line) for line in (run_folder / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
@@ -181,8 +180,8 @@ def test_checkpoint_round_trip_gives_the_same_controller(run_folder):
     assert ctrl.spec.system == "pendulum" and ctrl.spec.preset == "gym"
     assert ctrl.source_info["sha256"] == hashlib.sha256(
         (run_folder / "latest.pt").read_bytes()).hexdigest()
-    # a run folder loads its best checkpoint
-    assert load_policy_controller(run_folder).source_info["checkpoint"].endswith("best.pt")
+    # a run folder loads its deployed checkpoint
+    assert load_policy_controller(run_folder).source_info["checkpoint"].endswith("deployed.pt")
 
 
 def test_resume_continues_the_iteration_count(run_folder, tmp_path):
@@ -286,6 +285,48 @@ def test_bad_config_file_and_corrupt_checkpoint_are_clean_errors(tmp_path, capsy
         load_policy_controller(tmp_path / "other.pt")
 
 
+def test_config_files_checkpoints_and_run_folders_of_earlier_versions(run_folder, tmp_path,
+                                                                       capsys):
+    """What earlier versions wrote still reads: a removed field at the value that meant
+    "off" is dropped, a renamed field or value is mapped with a one-line note, an old run
+    folder's best.pt is its deployed checkpoint. A removed field, or loss type, that asks
+    for what is gone is a one-line error naming it, exit 2; so is a checkpoint of a removed
+    policy (per-state std, gSDE)."""
+    import argparse
+    import shutil
+    from grpo_ctrl.policy import GaussianPolicy, read_checkpoint
+    from grpo_ctrl.train import add_arguments, resolve
+    conf = tmp_path / "old.toml"
+    conf.write_text('trust_region = "adaptive"\ncontinuation = "policy"\nsde = false\n'
+                    'noise_corr = 0.0\nlr_decay = "linear"\nreward_form = "outcome"\n')
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    *_, cfg, _, _ = resolve(p.parse_args(["--config", str(conf), "--out", str(tmp_path / "r")]))
+    assert (cfg.loss_type, cfg.continuation) == ("adaptive_clip", "mean")
+    notes = capsys.readouterr().err.splitlines()
+    assert len(notes) == 2
+    assert "trust_region = 'adaptive' is now loss_type = 'adaptive_clip'" in notes[0]
+    assert "continuation = 'policy' is now continuation = 'mean'" in notes[1]
+    assert p.parse_args(["--continuation", "policy"]).continuation == "mean"  # the old flag
+    for text, named in (("noise_corr = 0.5\n", "noise_corr = 0.5 was removed"),
+                        ('trust_region = "cispo"\n', "'cispo' was removed"),
+                        ('lr_decay = "exponential"\n', "lr_decay = 'exponential' was removed"),
+                        ("probes = 2\n", "probes = 2 was removed")):
+        conf.write_text(text)
+        assert cli.main(["train", "--config", str(conf), "--out", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err
+        assert named in err and err.count("\n") == 1, err
+    assert not (tmp_path / "r").exists()
+    old = tmp_path / "old-run"
+    shutil.copytree(run_folder, old)
+    (old / "deployed.pt").rename(old / "best.pt")
+    assert load_policy_controller(old).source_info["checkpoint"].endswith("best.pt")
+    ck = read_checkpoint(old / "best.pt")
+    ck["arch"]["sde"] = True
+    with pytest.raises(UserError, match="uses sde, which was removed"):
+        GaussianPolicy.from_checkpoint(ck)
+
+
 class _RunsCode:
     def __init__(self, path: str):
         self.path = path
@@ -307,15 +348,12 @@ def test_eval_prints_the_scores(run_folder, capsys):
 
 
 @pytest.mark.parametrize("overrides", [
-    {"reward_form": "reward_to_go"}, {"adv_scale": "batch"}, {"adv_scale": "none"},
+    {"adv_scale": "batch"}, {"adv_scale": "none"},
     {"loss_agg": "grpo"}, {"loss_agg": "dr_grpo"}, {"beta": 0.1, "ref_refresh": 2},
-    {"trust_region": "adaptive"}, {"trust_region": "sapo"}, {"trust_region": "cispo"},
-    {"trust_region": "dcpo"}, {"trust_region": "kl_mask", "epochs": 2},
-    {"continuation": "greedy"}, {"continuation": "softmax"}, {"continuation": "policy"},
+    {"loss_type": "adaptive_clip"}, {"loss_type": "sapo", "epochs": 2},
+    {"continuation": "greedy"}, {"continuation": "softmax"}, {"continuation": "mean"},
     {"epochs": 2, "minibatches": 4}, {"action_repeat": 3},
-    {"activation": "elu", "layers": 1}, {"query_pool": 16, "query_is": 1.0, "query_replay": 0.25},
-    {"screen_group": 2, "focus_starts": 4, "sde": True},
-    {"screen_group": 2, "reward_form": "reward_to_go", "continuation": "policy"},
+    {"activation": "elu", "layers": 1}, {"w_smooth": 0.1, "w_du": 0.1},
 ])
 def test_every_variant_trains(overrides):
     cfg = GRPOConfig(num_starts=8, group_size=4, horizon=16, loss_steps=8, **overrides)
@@ -411,9 +449,8 @@ def test_every_hyperparameter_documents_itself():
     from grpo_ctrl.grpo_config import CHOICES
     for f in fields(GRPOConfig):
         assert f.metadata.get("doc"), f.name
-    assert set(CHOICES) == {"continuation", "reward_form", "adv_scale", "loss_agg",
-                            "trust_region", "activation", "smooth_terms", "deploy",
-                            "noise_outside", "lr_decay"}
+    assert set(CHOICES) == {"continuation", "adv_scale", "loss_agg", "loss_type", "activation",
+                            "smooth_terms", "deploy"}
 
 
 def _group_alive(pgid: int) -> bool:
@@ -456,7 +493,7 @@ def test_a_signal_stops_training_cleanly_and_resume_repeats_no_iteration(sig, pr
     while _group_alive(train.pid):  # the collector, had it been left behind
         assert time.monotonic() < deadline, f"processes left in the group: {children}"
         time.sleep(0.05)
-    for name in ("config.toml", "metrics.jsonl", "curve.png", "latest.pt", "best.pt"):
+    for name in ("config.toml", "metrics.jsonl", "curve.png", "latest.pt", "deployed.pt"):
         assert (out / name).is_file(), name
     rows = read_metrics(out / "metrics.jsonl")
     stopped_at = torch.load(out / "latest.pt", weights_only=True)["trainer"]["iteration"]
@@ -499,8 +536,8 @@ def test_randomize_table_then_flags_and_the_hardware_presets_draw_by_default(tmp
 
 
 @pytest.mark.parametrize("deploy", ["best", "final"])
-def test_best_pt_holds_the_best_evaluation_or_the_final_policy(tmp_path, deploy):
-    """deploy = best: best.pt is the checkpoint of the highest evaluation return
+def test_deployed_pt_holds_the_best_evaluation_or_the_final_policy(tmp_path, deploy):
+    """deploy = best: deployed.pt is the checkpoint of the highest evaluation return
     in the metrics; deploy = final: it is the last policy, weights and all."""
     from grpo_ctrl.policy import read_checkpoint
     from grpo_ctrl.run_folder import read_metrics
@@ -509,7 +546,7 @@ def test_best_pt_holds_the_best_evaluation_or_the_final_policy(tmp_path, deploy)
                      "--time-budget", "0", "--num-starts", "4", "--group-size", "2",
                      "--eval-every", "0", "--eval-episodes", "2", "--lr", "0.05",
                      "--overlap", "false", "--deploy", deploy, "--quiet"]) == 0
-    best, latest = read_checkpoint(out / "best.pt"), read_checkpoint(out / "latest.pt")
+    best, latest = read_checkpoint(out / "deployed.pt"), read_checkpoint(out / "latest.pt")
     evals = [(row["eval_return"], row["iteration"]) for row in read_metrics(out / "metrics.jsonl")
              if row["eval_return"] is not None]
     assert len(evals) == 6 and latest["trainer"]["iteration"] == 6
@@ -549,7 +586,7 @@ def test_deploy_calm_rule():
 
 
 def test_deploy_calm_writes_the_measured_candidate(tmp_path):
-    """A real run: best.pt holds the policy whose chatter the record reports for
+    """A real run: deployed.pt holds the policy whose chatter the record reports for
     the deployed iteration, measured again here on the same episodes; every
     later candidate chattered more than swing-up + LQR."""
     from grpo_ctrl.deploy import CALM_EPISODES, CALM_SEED
@@ -560,7 +597,7 @@ def test_deploy_calm_writes_the_measured_candidate(tmp_path):
                      "--eval-episodes", "2", "--lr", "0.05", "--overlap", "false",
                      "--deploy", "calm", "--calm-window", "1", "--calm-every", "2",
                      "--quiet"]) == 0
-    record = read_checkpoint(out / "best.pt")["calm"]
+    record = read_checkpoint(out / "deployed.pt")["calm"]
     its = [c[0] for c in record["candidates"]]
     assert its == [6, 4, 2][:len(its)] and record["deployed_iteration"] in its
     chatter = {it: ch for it, ch, _ in record["candidates"]}
@@ -580,7 +617,7 @@ def test_run_folder_records_the_randomisation(tmp_path):
     table = read_toml(str(out / "config.toml"))["randomize"]
     assert table["delay"] == [1, 2] and table["params"] == 0.35
     from grpo_ctrl.policy import read_checkpoint
-    assert read_checkpoint(out / "best.pt")["randomize"] == table
+    assert read_checkpoint(out / "deployed.pt")["randomize"] == table
 
 
 def test_an_iteration_limit_without_a_time_budget_shows_an_iteration_bar(tmp_path, capsys):
@@ -594,41 +631,6 @@ def test_an_iteration_limit_without_a_time_budget_shows_an_iteration_bar(tmp_pat
     assert "for 2 iterations" in err.out and "2/2" in err.err
     # no tqdm monitor thread left to take the GIL from a later control loop (grpo-ctrl demo)
     assert not [t for t in threading.enumerate() if type(t).__name__ == "TMonitor"]
-
-
-def test_per_state_noise_is_sampled_scored_and_saved_as_its_own_std(tmp_path):
-    """state_std: the exploration std is exp(log_std + a head on the last hidden layer),
-    floored; the batch's noise, its log-densities and the saved policy all use that per-state
-    std, checked against torch.distributions.Normal; the deployed controller is the mean."""
-    from grpo_ctrl.policy import GaussianPolicy
-    cfg = GRPOConfig(num_starts=4, group_size=4, horizon=16, loss_steps=8, overlap=False, seed=2,
-                     state_std=True, log_std_min=-1.0, **SHORT)
-    tr = Trainer(cfg, "pendulum", "gym")
-    for _ in range(3):
-        tr.step()
-    head = tr.policy.std_head
-    assert head.weight.abs().sum() > 0  # the update trains the head
-    with torch.no_grad():  # a head that spreads the std over states, half of them below the floor
-        head.weight.copy_(torch.linspace(-1.0, 1.0, head.weight.numel()).reshape(head.weight.shape))
-        spread = head(tr.policy.net[:-1](tr.rollout.collect(tr.policy, tr.gen).obs))
-        head.bias.sub_(spread.median() + 1.0 + tr.policy.log_std)
-    batch = tr.rollout.collect(tr.policy, tr.gen)
-    B, L = batch.z.shape
-    assert batch.log_std_old.shape == (B, L)
-    with torch.no_grad():  # the std from the hidden layer, by hand
-        hidden = tr.policy.net[:-1](batch.obs)
-        by_hand = (tr.policy.log_std + hidden @ head.weight.T + head.bias).squeeze(-1)
-        mu = tr.policy.net(batch.obs).squeeze(-1)
-    assert torch.allclose(batch.log_std_old, by_hand.clamp(min=-1.0), atol=1e-5)
-    assert (by_hand < -1.0).any() and (batch.log_std_old > -0.99).any()
-    assert torch.allclose(batch.mu_old, mu, atol=1e-5)
-    reference = torch.distributions.Normal(mu, batch.log_std_old.exp()).log_prob(batch.z)
-    assert torch.allclose(batch.logp_old, reference, atol=1e-4)
-    unit = (batch.z - batch.mu_old) / batch.log_std_old.exp()
-    assert 0.8 < float(unit.std()) < 1.2  # the noise scales with each state's std
-    tr.step()  # the update takes the per-state old log-densities
-    _assert_saved_and_copied_alike(tr, batch, tmp_path, GaussianPolicy(
-        tr.spec.nobs, tr.spec.u_max, state_std=True, log_std_min=-1.0))
 
 
 def test_fourier_features_feed_sin_of_the_normalised_observation_and_stay_fixed(tmp_path):
@@ -680,168 +682,39 @@ def _assert_saved_and_copied_alike(tr: Trainer, batch, tmp_path, copy) -> None:
     assert torch.allclose(command, expected, atol=1e-5)
 
 
-def _gsde_trainer(**overrides) -> Trainer:
-    cfg = GRPOConfig(num_starts=4, group_size=4, horizon=16, loss_steps=8, overlap=False, seed=2,
-                     log_std_min=-1.0, **SHORT, **overrides)
-    return Trainer(cfg, "pendulum", "gym")
-
-
-@pytest.mark.parametrize("every", [0, 3])
-def test_gsde_noise_is_a_branchs_own_function_of_the_state_with_the_analytic_std(every, tmp_path):
-    """sde: a branch's noise is f(s) . E_b, its exploration matrix E_b drawn once (every 0) or
-    every 3 decisions; per state that is a Gaussian whose std the policy reports: checked
-    against the empirical std of 40,000 draws of E, against torch.distributions.Normal for
-    the log-densities, and against the floor on every log sigma_j after updates; saved and
-    loaded, the same distribution; the controller is the mean."""
-    from grpo_ctrl.grpo import sde_exploration
-    from grpo_ctrl.policy import GaussianPolicy, sde_features
-    tr = _gsde_trainer(sde=True, sde_sample_freq=every)
-    tr.step()
-    with torch.no_grad():  # sigma_j spread over two orders of magnitude, half below the floor
-        tr.policy.log_std.copy_(torch.linspace(-3.0, 1.0, tr.policy.log_std.numel()))
-    tr.step()  # the update floors each sigma_j
-    log_std = tr.policy.log_std.detach()
-    assert float(log_std.min()) >= -1.0 and float(log_std.max()) > 0.9
-    state = tr.gen.get_state()
-    batch = tr.rollout.collect(tr.policy, tr.gen)
-    B, L = batch.z.shape
-    assert batch.log_std_old.shape == (B, L) and float(batch.log_std_old.min()) >= -1.0 - 1e-6
-    with torch.no_grad():
-        hidden = tr.policy.net[:-1](batch.obs)
-        f = torch.cat([hidden, torch.ones(B, L, 1)], -1)
-        f = f / f.norm(dim=-1, keepdim=True)
-        weights = sde_exploration(tr.policy.log_std, tr.cfg.horizon, B, every,
-                                  torch.Generator().set_state(state))
-        draw = torch.arange(L) // (every or tr.cfg.horizon)  # (L,): the matrix of each step
-        noise = (f * weights[draw].transpose(0, 1)).sum(-1)  # (B, L)
-        assert torch.allclose(batch.z - batch.mu_old, noise, atol=1e-5)
-        # the analytic per-step std against the noise of 40,000 independent branches
-        many = sde_exploration(tr.policy.log_std, 1, 40_000, 0, torch.Generator().manual_seed(9))
-        empirical = (sde_features(hidden[:, :2]) @ many[0].T).std(dim=-1)
-        assert torch.allclose(empirical, tr.policy.dist(batch.obs[:, :2])[1].exp(), rtol=0.03)
-    assert (empirical.max() / empirical.min()) > 1.2  # the std differs from state to state
-    reference = torch.distributions.Normal(batch.mu_old, batch.log_std_old.exp()).log_prob(batch.z)
-    assert torch.allclose(batch.logp_old, reference, atol=1e-4)
-    stats = tr.step()  # the update takes the per-state log-densities
-    assert -1.0 <= stats["log_std"] <= 1.0
-    _assert_saved_and_copied_alike(tr, batch, tmp_path,
-                                   GaussianPolicy(tr.spec.nobs, tr.spec.u_max, sde=True))
-
-
-def test_without_gsde_the_noise_is_the_iid_draws_as_before():
-    """sde off (the default): each step's noise is the iid draw of the generator, scaled by
-    the one std, bit for bit; sde_sample_freq alone changes nothing."""
-    tr = _gsde_trainer()
+@pytest.mark.parametrize("continuation", ["random", "mean"])
+def test_the_noise_is_the_iid_draws_of_the_generator_scaled_by_the_one_std(continuation):
+    """Each step's noise is the iid draw of the trainer's generator, scaled by the one std,
+    bit for bit; with continuation mean, branch 0 of each group draws none (it follows the
+    mean action) and is left out of the loss."""
+    cfg = GRPOConfig(num_starts=4, group_size=4, horizon=16, loss_steps=8, overlap=False,
+                     seed=2, log_std_min=-1.0, continuation=continuation, **SHORT)
+    tr = Trainer(cfg, "pendulum", "gym")
     state = tr.gen.get_state()
     batch = tr.rollout.collect(tr.policy, tr.gen)
     draws = torch.randn(16, 16, generator=torch.Generator().set_state(state))[:8].T
+    first = torch.arange(4) * 4
+    if continuation == "mean":
+        draws[first] = 0.0
     with torch.no_grad():
         assert torch.equal(batch.z, batch.mu_old + draws * torch.exp(tr.policy.log_std))
-    a, b = _gsde_trainer(), _gsde_trainer(sde_sample_freq=4)
-    for _ in range(2):
-        assert {k: v for k, v in a.step().items() if not k.endswith("_s")} == \
-            {k: v for k, v in b.step().items() if not k.endswith("_s")}
-
-
-SMALL = dict(num_starts=6, group_size=4, horizon=16, loss_steps=8, overlap=False, seed=2,
-             **SHORT)
-
-
-def test_queries_from_a_pool_the_size_of_the_batch_change_no_batch():
-    """query_pool = num_starts queries every trajectory, as the default does: the same
-    first batch (what later differs is only the continuation's random stream)."""
-    plain, pooled = (Trainer(GRPOConfig(**SMALL, **extra), "pendulum", "gym")
-                     for extra in ({}, {"query_pool": 6, "query_floor": 1.0}))
-    a, b = (tr.rollout.collect(tr.policy, tr.gen) for tr in (plain, pooled))
-    for key in ("obs", "z", "adv", "mask", "logp_old"):
-        assert torch.equal(getattr(a, key), getattr(b, key)), key
-
-
-def test_prioritised_queries_advance_only_the_queried_trajectories():
-    """6 of 20 pool trajectories queried: those move on, the others wait; and once scored,
-    the queries go where the nearest scored starts had the widest spread."""
-    tr = Trainer(GRPOConfig(**SMALL, query_pool=20, query_floor=0.05, reset_prob=0.0),
-                 "pendulum", "gym")
-    pool = tr.rollout.pool
-    for _ in range(2):
-        before = pool.get_state()["x"]
-        observed = pool.observe().copy()
-        batch = tr.rollout.collect(tr.policy, tr.gen)
-        starts = batch.raw_loss_obs[::4, 0].numpy()  # each group's first observation
-        queried = [int(np.argmin(np.abs(observed - s).sum(1))) for s in starts]
-        assert np.allclose(observed[queried], starts, atol=1e-6)
-        moved = np.flatnonzero((pool.get_state()["x"] != before).any(1))
-        assert sorted(queried) == moved.tolist()  # the others wait where they were
-    # the scored starts: one hanging (spread 10), five upright (0); the pool: 10 of each
-    hanging, upright = np.array([np.pi, 0.0]), np.array([0.0, 0.0])
-    tr.rollout.scored.clear()
-    tr.rollout.scored.append((torch.tensor([[-1.0, 0.0, 0.0]] + [[1.0, 0.0, 0.0]] * 5),
-                              np.array([10.0] + [0.0] * 5)))  # (cos, sin, speed)
-    pool.set_state({"x": np.stack([hanging] * 10 + [upright] * 10)})
-    counts = np.zeros(20)
-    for _ in range(200):
-        counts[tr.rollout._queries(tr.policy)[0]] += 1
-    # 4 nearest: the hanging start and 3 upright ones, 2.5, against 0 for upright states:
-    # 6 (0.95 / 10 + 0.05 / 20) > 0.585 for each hanging state, 6 x 0.0025 for an upright one
-    assert counts[:10].mean() / 200 == pytest.approx(0.585, abs=0.03)
-    assert counts[10:].mean() / 200 == pytest.approx(0.015, abs=0.01)
-
-
-def test_level_replay_keeps_the_queries_whose_returns_spread_most_where_they_were():
-    """query_replay 0.5 of 6 queries: the 3 whose group returns spread most keep their start
-    state and are scored by their own spread; the other 3 move on."""
-    tr = Trainer(GRPOConfig(**SMALL, query_pool=20, query_replay=0.5, reset_prob=0.0),
-                 "pendulum", "gym")
-    pool = tr.rollout.pool
-    before, observed = pool.get_state()["x"], pool.observe().copy()
-    batch = tr.rollout.collect(tr.policy, tr.gen)
-    queried = [int(np.argmin(np.abs(observed - s).sum(1)))
-               for s in batch.raw_loss_obs[::4, 0].numpy()]
-    spread = batch.returns.std(axis=1, ddof=1)
-    kept = np.argsort(-spread)[:3]
-    after = pool.get_state()["x"]
-    for j, q in enumerate(queried):
-        assert np.array_equal(after[q], before[q]) == (j in kept)
-        assert tr.rollout.replayed[q] == (spread[j] if j in kept else pytest.approx(np.nan,
-                                                                                   nan_ok=True))
-    with pytest.raises(UserError, match="query_pool"):
-        Trainer(GRPOConfig(**SMALL, query_replay=0.1), "pendulum", "gym")
-
-
-def test_the_second_stage_re_branches_the_queries_whose_branches_disagreed():
-    """screen_group 2 of group_size 4, focus 3 of 6 queries: each of the 3 queries whose
-    first 2 branches' returns spread most gets 6 x 2 / 3 = 4 more branches from the same
-    start state, and all of a query's branches form one group (advantages centred on it)."""
-    tr = Trainer(GRPOConfig(**SMALL, screen_group=2, focus_starts=3), "pendulum", "gym")
-    batch = tr.rollout.collect(tr.policy, tr.gen)
-    first = batch.raw_loss_obs[:, 0].numpy()  # (24, nobs): each branch's start
-    stage1 = first[:12:2]  # the 6 queries' starts
-    query = [int(np.argmin(np.abs(stage1 - s).sum(1))) for s in first]
-    assert np.allclose(stage1[query], first)
-    sizes = np.bincount(query, minlength=6)
-    spread = batch.returns.std(axis=1, ddof=1)  # stage 1's returns, (6, 2)
-    assert sorted(sizes.tolist()) == [2, 2, 2, 6, 6, 6]
-    assert set(np.flatnonzero(sizes == 6)) == set(np.argsort(-spread)[:3])
-    adv = batch.adv[:, 0].numpy()
-    for q in range(6):  # centred and scaled by its own std (adv_scale group)
-        assert adv[np.array(query) == q].sum() == pytest.approx(0.0, abs=1e-5)
-        assert adv[np.array(query) == q].std(ddof=1) == pytest.approx(1.0, abs=1e-4)
+    assert bool((batch.mask[first] == 0).all()) == (continuation == "mean")
+    assert bool((batch.mask[first + 1] == 1).all())
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 @pytest.mark.parametrize("features", [0, 16])
 def test_the_policy_mean_without_module_calls_is_the_networks_own_bit_for_bit(activation, features):
-    """policy.mu and policy.hidden skip nn.Module's call machinery (the rollout's speed);
+    """policy.mu skips nn.Module's call machinery (the rollout's speed);
     nn.Sequential's own forward is the reference, values and gradients alike."""
     torch.manual_seed(0)
     policy = GaussianPolicy(3, 2.0, hidden=24, layers=3, activation=activation,
-                            features=features, feature_scale=3.0, state_std=True)
+                            features=features, feature_scale=3.0)
     with torch.no_grad():
         for p in policy.net.parameters():
             p.normal_()  # not the near-zero head of a fresh policy: every layer matters
     x = torch.randn(257, 3)
     assert torch.equal(policy.mu(x), policy.net(x).squeeze(-1))
-    assert torch.equal(policy.hidden(x), policy.net[:-1](x))
     grads = []
     for forward in (lambda: policy.mu(x), lambda: policy.net(x).squeeze(-1)):
         policy.zero_grad()
