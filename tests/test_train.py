@@ -620,9 +620,13 @@ def test_run_folder_records_the_randomisation(tmp_path):
     assert read_checkpoint(out / "deployed.pt")["randomize"] == table
 
 
-def test_an_iteration_limit_without_a_time_budget_shows_an_iteration_bar(tmp_path, capsys):
+def test_an_iteration_limit_without_a_time_budget_shows_an_iteration_bar(tmp_path, capsys,
+                                                                         monkeypatch):
     """--time-budget 0 (no limit) with --iterations: the progress bar counts
-    iterations (its seconds format once failed on a missing total)."""
+    iterations (its seconds format once failed on a missing total). The bar
+    is for a terminal (tests/test_train_log.py: a log gets plain lines)."""
+    from grpo_ctrl import train_log
+    monkeypatch.setattr(train_log, "_terminal", lambda: True)
     assert cli.main(["train", "--out", str(tmp_path / "run"), "--iterations", "2",
                      "--time-budget", "0", "--num-starts", "4", "--group-size", "2",
                      "--horizon", "8", "--loss-steps", "4", "--eval-episodes", "2",
