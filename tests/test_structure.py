@@ -22,7 +22,7 @@ PACKAGES = {"grpo_ctrl": ROOT / "grpo_ctrl", "grpo_ctrl.export": ROOT / "export"
 # A module's layer is that of the longest entry naming it or a package above it.
 LAYERS = [
     ("base", ["grpo_ctrl", "grpo_ctrl.errors", "grpo_ctrl.files", "grpo_ctrl.run_folder",
-              "grpo_ctrl.option_types", "grpo_ctrl._cdef", "grpo_ctrl._build_sim"]),
+              "grpo_ctrl.option_types", "grpo_ctrl.presets", "grpo_ctrl._cdef", "grpo_ctrl._build_sim"]),
     ("plant", ["grpo_ctrl.plant", "grpo_ctrl._pendsim", "grpo_ctrl.randomize",
                "grpo_ctrl.plant_file"]),
     ("simulator", ["grpo_ctrl.sim"]),
@@ -113,7 +113,7 @@ OLD_TABLES = ["POLE", "POLE_TRIG", "CYCLIC", "_ACTION", "_VELOCITY_RANGE", "_ANG
 PER_PLANT_DICT = re.compile(r'\{\s*"pendulum"\s*:')
 # ... except where the entries are per-plant code, not layout
 PER_PLANT_CODE = {"grpo_ctrl.baselines.swingup",  # each plant's energy law is its own class
-                  "grpo_ctrl.sysid"}  # each plant's regression model is its own class
+                  "grpo_ctrl.presets"}  # the one home of per-preset settings
 
 
 def test_no_module_outside_the_plant_layer_writes_down_a_plant_layout():
@@ -126,6 +126,95 @@ def test_no_module_outside_the_plant_layer_writes_down_a_plant_layout():
         if PER_PLANT_DICT.search(text) and module not in PER_PLANT_CODE:
             offenders.append(f"{module}: a dict keyed by plant name")
     assert not offenders, offenders
+
+
+def per_preset_tables(source: str) -> list[int]:
+    """Lines of the dict literals in ``source`` keyed by (system, preset) pairs:
+    per-preset tables, whose home is grpo_ctrl.presets."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Dict)
+            and any(isinstance(k, ast.Tuple) and len(k.elts) == 2
+                    and all(isinstance(e, ast.Constant) and isinstance(e.value, str)
+                            for e in k.elts) and k.elts[0].value in systems()
+                    for k in node.keys)]
+
+
+def test_per_preset_tables_live_in_presets_only():
+    """Adding a preset touches its C entry and grpo_ctrl/presets.py, nowhere else."""
+    offenders = [f"{module}:{line}" for module, path in modules().items()
+                 if module != "grpo_ctrl.presets"
+                 for line in per_preset_tables(path.read_text())]
+    assert not offenders, offenders
+    assert per_preset_tables('T = {("pendulum", "rig"): 1}') == [1]
+    assert per_preset_tables('if (s, p) == ("pendulum", "gym"):\n    pass') == []
+
+
+# ---------------------------------------------------------------- equations of motion
+# The equations of motion live in csrc/plants.c only: Python reaches them through
+# BatchSim.dynamics / dynamics_rows / energy (the LQR's linearisation, sysid's least squares).
+# The telltale of one restated in Python: a function or class that takes a sine, cosine or
+# tanh (the angle's gravity term, the smoothed Coulomb friction) and reads gravity (an
+# attribute .g, a ["g"] lookup, a name `gravity`). Not matched, and kept on purpose: the
+# swing-up's energy law and collocated linearisation (baselines/swingup.py) are torch
+# operations on the observation's own cosine and sine, inside the graph that ONNX and the C
+# export compile, so they cannot call the simulator; tests/ keep their independent references.
+EQUATION_FOLDERS = ("grpo_ctrl", "export", "firmware_bridge")
+TRIG_CALLS = {"sin", "cos", "tanh"}
+GRAVITY = "g"
+
+
+def _reads_gravity(node) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == GRAVITY
+            or isinstance(node, ast.Name) and node.id == "gravity"
+            or isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+            and node.slice.value == GRAVITY)
+
+
+def restated_equations(source: str) -> list[str]:
+    """The top-level functions and classes of ``source`` that look like an
+    equation of motion: a trig (or tanh) call and a gravity read in one."""
+    found = []
+    for scope in ast.parse(source).body:
+        if not isinstance(scope, (ast.FunctionDef, ast.ClassDef)):
+            continue
+        nodes = list(ast.walk(scope))
+        trig = [n.lineno for n in nodes if isinstance(n, ast.Call) and
+                (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) in TRIG_CALLS]
+        gravity = [n.lineno for n in nodes if _reads_gravity(n)]
+        if trig and gravity:
+            found.append(f"{scope.name} (trig at line {trig[0]}, gravity at line {gravity[0]})")
+    return found
+
+
+def test_no_plant_equation_is_restated_outside_c():
+    offenders = [f"{path.relative_to(ROOT)}: {hit}"
+                 for path in sorted(p for folder in EQUATION_FOLDERS
+                                    for p in (ROOT / folder).rglob("*.py"))
+                 for hit in restated_equations(path.read_text())]
+    assert not offenders, offenders
+
+
+# the least squares sysid once wrote (tag research-2026-12, grpo_ctrl/sysid.py:331-343)
+RESTATED = """
+class PendulumModel:
+    def _regressor(self, seg, d, trim):
+        y, yd = seg.y[:, 0], seg.yd[:, 0]
+        X = np.column_stack([np.sin(y), np.cos(y), ud, -yd, -np.tanh(yd / self.vc)])
+        return X, seg.ydd[:, 0]
+
+    def _physical(self, theta):
+        c1, c2, a2, a3, a4 = theta
+        l = 3 * self.g / (2 * math.hypot(c1, c2))
+        return np.array([3 / (a2 * l * l), l, a3 / a2, a4 / a2, math.atan2(-c2, c1)])
+"""
+
+
+def test_the_equation_check_sees_a_restated_equation():
+    assert restated_equations(RESTATED) == ["PendulumModel (trig at line 5, gravity at line 10)"]
+    # and a gravity term written inline in one function
+    assert restated_equations("def f(p, x):\n    return 1.5 * p['g'] / p['l'] * "
+                              "math.sin(x[0])\n") == ["f (trig at line 2, gravity at line 2)"]
+    # a group size g next to a tanh squashing is no equation
+    assert restated_equations("def h(g, x):\n    return torch.tanh(x) * g\n") == []
 
 
 ALL_PRESETS = [(s, p) for s in systems() for p in presets(s)]
