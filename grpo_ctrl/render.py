@@ -253,6 +253,45 @@ def write_animation(spec, episodes: list[Episode], path, fps: float = 15.0, size
     return len(picks)
 
 
+# ---------------------------------------------------------------- grpo-ctrl eval --video
+def add_eval_arguments(p) -> None:
+    """``grpo-ctrl eval``'s animation options."""
+    from grpo_ctrl.option_types import number
+
+    p.add_argument("--video", metavar="FILE.gif|FILE.mp4",
+                   help="also draw chosen held-out episodes of the controller into an "
+                        "animation (.mp4 needs ffmpeg)")
+    p.add_argument("--video-episodes", type=_indices, default=[0], metavar="I,J,...",
+                   help="which held-out episodes to draw, counted from --seed (default 0)")
+    add_video_options(p, number)
+
+
+def _indices(text: str) -> list[int]:
+    import argparse
+
+    try:
+        out = [int(x) for x in text.split(",")]
+    except ValueError:
+        out = []
+    if not out or min(out) < 0 or max(out) >= 100_000:
+        raise argparse.ArgumentTypeError(f"expected episode numbers 0-99999 separated by "
+                                         f"commas, got {text!r}")
+    return out
+
+
+def eval_video(controller, name: str, args) -> None:
+    """Draw ``args.video_episodes`` of the held-out set (from ``args.seed``)."""
+    from grpo_ctrl.heldout import start_states
+
+    spec, chosen = controller.spec, args.video_episodes
+    starts = start_states(spec.system, spec.preset, max(chosen) + 1, args.seed)[chosen]
+    episodes = record(controller, starts, [f"episode {args.seed + i}" for i in chosen])
+    n = write_animation(spec, episodes, args.video, args.video_fps, args.video_size,
+                        args.video_seconds, title=f"{name}, {spec.system}/{spec.preset}")
+    print(f"wrote {args.video}: {n} frames at {args.video_fps:g} fps, episodes "
+          f"{', '.join(str(args.seed + i) for i in chosen)}")
+
+
 # ---------------------------------------------------------------- telemetry
 def episode_from_telemetry(rows: list[dict], spec) -> Episode:
     """The states a rig's run saw, from its telemetry rows (``grpo-ctrl run
