@@ -1,5 +1,5 @@
 """Overlap: the next batch of groups is collected in a second process while
-the trainer updates the policy on this one (docs/grpo.md §6).
+the trainer updates the policy on this one (docs/grpo.md §4, docs/research.md §5).
 
 The collector is a forked process (so it does not share the GIL) that owns the
 trajectory pool from the start. It collects each batch with the next policy in
@@ -49,7 +49,7 @@ class SharedSlots:
     after next, which it starts on the policy the trainer sends after its update. An
     array that does not fit its slot (another shape or type) goes through the pipe.
     Pickling ~270 kB of arrays through the pipe cost the collector ~1 ms an iteration
-    (docs/grpo.md §9, thirteenth pass)."""
+    (docs/research.md §13)."""
 
     SETS = 2
 
@@ -190,7 +190,7 @@ class OverlapCollector:
         """The policy an update has just made, for the batch after the one in hand:
         sent now, it waits in the pipe until the collector finishes that one, so the
         collector does not wait for the trainer's round trip (0.23 ms an iteration,
-        docs/grpo.md §9, fourteenth pass)."""
+        docs/research.md §13)."""
         self._link.pipe.send(policy.numpy_state())
         self._link.pending += 1
 

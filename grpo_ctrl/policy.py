@@ -116,7 +116,7 @@ class FourierFeatures(nn.Module):
     (buffers: saved, loaded and exported with the network, never trained). A ReLU
     network of the raw observation is slow to fit a command that switches sharply
     across the state space (the swing-up's switching curve); on these features it
-    fits it several times faster (docs/grpo.md §9, eighth pass). Exports as MatMul,
+    fits it several times faster (docs/research.md §10). Exports as MatMul,
     Add, Sin and Concat, which ONNX and the C generator support."""
 
     def __init__(self, nin: int, n: int, scale: float):
@@ -136,8 +136,8 @@ _compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 def plain_sin(x: torch.Tensor) -> torch.Tensor:
     """torch.sin(x), by numpy where nothing needs torch's own op (no gradient, no
     tracing or export, a CPU tensor): numpy's float32 sine is 2-2.6x faster on this CPU
-    (256 x 64 values: 8 against 19 us, a tenth of a rollout step; docs/grpo.md §9,
-    eleventh pass), and within an ulp of it."""
+    (256 x 64 values: 8 against 19 us, a tenth of a rollout step; docs/research.md
+    §11), and within an ulp of it."""
     if (x.requires_grad or x.device.type != "cpu" or torch.jit.is_tracing()
             or _compiling()):
         return torch.sin(x)
@@ -166,8 +166,8 @@ def mlp(nin: int, hidden: int, layers: int, activation: str, features: int = 0,
 
 def run_layers(layers, x: torch.Tensor) -> torch.Tensor:
     """``nn.Sequential(*layers)(x)``: the same ops, bit for bit, without nn.Module's call
-    machinery, which costs a sixth of a rollout step at hidden 32 (docs/grpo.md §9,
-    eleventh pass). Hooks on the layers do not run."""
+    machinery, which costs a sixth of a rollout step at hidden 32 (docs/research.md
+    §11). Hooks on the layers do not run."""
     for layer in layers:
         kind = type(layer)
         if kind is nn.Linear:

@@ -59,7 +59,7 @@ def test_the_same_seed_reproduces_the_same_policy():
 
 def test_the_gym_pendulums_noise_floor_holds_through_updates():
     """Without a floor the gym pendulum's learnt noise keeps falling in long runs, and
-    the swing-up from hanging down is lost (docs/grpo.md §9, fourth pass)."""
+    the swing-up from hanging down is lost (docs/research.md §6)."""
     cfg = default_config("pendulum", "gym")
     floor = cfg.log_std_min
     assert floor == pytest.approx(-0.5)
