@@ -328,6 +328,19 @@ def system_of_telemetry(rows: list[dict]) -> str:
     return matches[0]
 
 
+def preset_of_commands(system: str, u) -> str:
+    """The preset of ``system`` with the smallest actuator limit that the
+    commands ``u`` stay within (a rig's commands reach its limit while it
+    swings up): the command bar's scale when the telemetry does not say."""
+    from grpo_ctrl.plant import plant_spec, presets
+
+    top = float(np.max(np.abs(u))) if len(u) else 0.0
+    fits = [(plant_spec(system, p).u_max, p) for p in presets(system)
+            if plant_spec(system, p).u_max >= top * (1 - 1e-6)]
+    return min(fits)[1] if fits else max((plant_spec(system, p).u_max, p)
+                                         for p in presets(system))[1]
+
+
 # ---------------------------------------------------------------- grpo-ctrl replay
 def add_arguments(p) -> None:
     from grpo_ctrl.option_types import number
@@ -336,8 +349,8 @@ def add_arguments(p) -> None:
     p.add_argument("--video", required=True, metavar="FILE.gif|FILE.mp4",
                    help="the animation to write (.mp4 needs ffmpeg)")
     p.add_argument("--system", help="plant (default: told by the observations' width)")
-    p.add_argument("--preset", help="preset, for the command bar's scale (default: the "
-                                    "system's first)")
+    p.add_argument("--preset", help="preset, for the command bar's scale (default: the one "
+                                    "with the smallest actuator limit the commands stay within)")
     add_video_options(p, number)
 
 
@@ -365,6 +378,9 @@ def run(args) -> int:
     system, preset = resolve_plant(args.system or system_of_telemetry(rows), args.preset)
     spec = plant_spec(system, preset)
     episode = episode_from_telemetry(rows, spec)
+    if args.preset is None:
+        preset = preset_of_commands(system, episode.u)
+        spec = plant_spec(system, preset)
     episode.label = path.name
     n = write_animation(spec, [episode], video, args.video_fps, args.video_size,
                         args.video_seconds, title=f"{system}/{preset} rig")
