@@ -39,6 +39,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from grpo_ctrl.errors import UserError
+from grpo_ctrl.export.c_graph import _UNARY, _at, _float_literal, node_comment
 
 MARGIN = 1.25     # headroom over the calibrated maximum of a layer's input
 TOLERANCE = 1e-3  # of u_max: the largest |q15 C - onnxruntime| an export accepts
@@ -229,3 +230,86 @@ def check_error(err: float, u_max: float | None) -> None:
     if not err <= limit:
         raise UserError(f"the q15 C differs from onnxruntime by {err:.3g} (> {limit:.3g}, "
                         f"{TOLERANCE:g} of the command's limit); export it without --quantize")
+
+
+# ---------------------------------------------------------------- the generated C of a layer
+def applies(node, tensors, consts, relu_outputs) -> bool:
+    """Whether generate_c's q15 takes this product: a Gemm/MatMul of one
+    run-time row that a Relu made non-negative by constant 2-D weights, with
+    an even number of outputs (a hidden layer, not the command: the kernel
+    computes two a pass), alpha 1 and a constant bias (or none)."""
+    if node.op_type not in ("Gemm", "MatMul") or node.input[0] not in relu_outputs:
+        return False
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    a, b = tensors.get(node.input[0]), consts.get(node.input[1])
+    if a is None or b is None or np.ndim(b) != 2 or len(a.shape) != 2 or a.shape[0] != 1:
+        return False
+    n = np.shape(b)[0] if attrs.get("transB", 0) else np.shape(b)[1]
+    c = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    return (n % 2 == 0 and not attrs.get("transA", 0) and float(attrs.get("alpha", 1.0)) == 1.0 and
+            (c is None or (c in consts and np.size(consts[c]) in (1, n))))
+
+
+def emit_layer(node, tensors, consts, em) -> None:
+    """out (1, N) = A W + b in q15 (this module): A's K inputs quantised into
+    pairs, then per two outputs one pass over the pairs, four inputs a step
+    into each output's 64-bit sum (``<ROM>_Q15_MAC4X2``), and
+    each sum back to float as it is stored (through the Relu that follows,
+    where generate_c fused it)."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    out = tensors[node.output[0]]
+    em.lines.append(node_comment(node, out))
+    w = np.asarray(consts[node.input[1]], np.float32)
+    w_nk = w if attrs.get("transB", 0) else w.T
+    N, K = w_nk.shape
+    bias = None
+    if len(node.input) > 2 and node.input[2]:
+        bias = np.broadcast_to(np.asarray(consts[node.input[2]], np.float64).reshape(-1), (N,)) * \
+            float(attrs.get("beta", 1.0))
+    layer = quantize_layer(w_nk, bias, em.q15[node.output[0]])
+    pairs = layer.wq.shape[1] // 2  # input words, K rounded up to a multiple of 4, halved
+    what = f"{node.op_type} {node.name}"
+    words = em.word_table(f"{what}: weights, q15 at 2^{layer.sw}, two to a word",
+                          packed_weights(layer))
+    init = np.array(layer.init, np.uint64)
+    lo = em.word_table(f"{what}: each sum's start (bias, zero point, offset), low words",
+                       init & np.uint64(0xFFFFFFFF))
+    hi = em.word_table(f"{what}: ... high words", init >> np.uint64(32))
+    em.macs += N * K
+    em.q15_macs += N * K
+    em.q15_io += N + K
+    em.q15_scratch = max(em.q15_scratch, 4 * pairs)
+    rom, then = em.rom, em.then.get(node.output[0])
+    a = tensors[node.input[0]]
+    s = _float_literal(2.0 ** layer.sa)
+    qin = f"{em.name}_q15_input"
+    lines = [f"/* q15: inputs at 2^{layer.sa} (calibrated max {em.q15[node.output[0]]:.4g}), "
+             f"weights at 2^{layer.sw}, sums within +-{layer.bound} */",
+             f"uint32_t aq[{pairs}];",
+             f"for (int k = 0; k < {K // 2}; ++k) aq[k] = {qin}({_at(a, '2 * k')} * {s}) | "
+             f"{qin}({_at(a, '2 * k + 1')} * {s}) << 16;"]
+    if K % 2:
+        lines.append(f"aq[{K // 2}] = {qin}({_at(a, str(K - 1))} * {s});")
+    if pairs > (K + 1) // 2:
+        lines.append(f"aq[{pairs - 1}] = 0;")
+    j = "j" if N > 2 else "0"
+    at_j = ["j", "j + 1"] if j == "j" else ["0", "1"]
+    start = [f"c{r} = (int64_t)((uint64_t){rom}_U32({hi}, {at_j[r]}) << 32 | "
+             f"{rom}_U32({lo}, {at_j[r]}))" for r in range(2)]
+    body = ["const uint32_t *ap = aq;", f"int64_t {', '.join(start)};",
+            f"for (int k = 0; k < {pairs // 2}; ++k) {rom}_Q15_MAC4X2(ap, wp, c0, c1);"]
+    scale = _float_literal(layer.out_scale)
+    for r in range(2):
+        value = f"{rom}_Q15_OUT(c{r}, {layer.shift}, {layer.base}u) * {scale}"
+        dst = _at(out, at_j[r])
+        if then:
+            body += [f"{{ const float acc = {value}; {dst} = {_UNARY[then].format(x='acc')}; }}"]
+        else:
+            body += [f"{dst} = {value};"]
+    blk = 2
+    if N > blk:
+        body = [f"for (int j = 0; j < {N}; j += {blk}) {{"] + ["  " + x for x in body] + ["}"]
+    lines += [f"const uint32_t *wp = {words};"] + body
+    if then:
+        em.lines.append(f"  /* and the {then} that follows, as each output is stored */")
+    em.lines.extend(["  {"] + ["    " + x for x in lines] + ["  }"])
