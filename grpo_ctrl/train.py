@@ -54,8 +54,8 @@ from grpo_ctrl.plant_file import read_plant_file
 from grpo_ctrl.randomize import (Randomization, centred_on_fit, default_randomization,
                                  with_overrides)
 from grpo_ctrl.sim import BatchSim
-from grpo_ctrl.run_folder import (CONFIG, CURVE, DEPLOYED, LATEST, METRICS, checkpoint_file,
-                                  read_metrics)
+from grpo_ctrl.run_folder import (CONFIG, CURVE, DEPLOYED, LATEST, METRICS, OLD_NAMES,
+                                  checkpoint_file, read_metrics)
 
 # what config.toml holds besides the GRPOConfig fields
 RUN_KEYS = ("system", "preset", "randomize")
@@ -215,6 +215,10 @@ class RunFolder:
         if resume_at is not None:
             kept = [row for row in read_metrics(path) if row.get("iteration", 0) <= resume_at]
             atomic_write(path, "".join(json.dumps(row) + "\n" for row in kept))
+            old, deployed = (out / checkpoint_file(OLD_NAMES[DEPLOYED]),
+                             out / checkpoint_file(DEPLOYED))
+            if old.is_file() and not deployed.exists():  # a folder made before the rename
+                old.rename(deployed)
         self.metrics = open(path, "a" if resume_at is not None else "w")
 
     def log(self, row: dict) -> None:

@@ -322,6 +322,15 @@ def test_config_files_checkpoints_and_run_folders_of_earlier_versions(run_folder
     (old / "deployed.pt").rename(old / "best.pt")
     assert load_policy_controller(old).source_info["checkpoint"].endswith("best.pt")
     ck = read_checkpoint(old / "best.pt")
+    # resumed, the old folder's best.pt becomes its deployed.pt, which the run then updates
+    config = (old / "config.toml").read_text()
+    assert 'loss_type = "clip"' in config
+    (old / "config.toml").write_text(config.replace('loss_type = "clip"',
+                                                    'trust_region = "fixed"\nsde = false'))
+    assert cli.main(["train", "--out", str(old), "--resume", "--iterations", "4",
+                     "--quiet"]) == 0
+    assert not (old / "best.pt").exists()
+    assert load_policy_controller(old).source_info["checkpoint"].endswith("deployed.pt")
     ck["arch"]["sde"] = True
     with pytest.raises(UserError, match="uses sde, which was removed"):
         GaussianPolicy.from_checkpoint(ck)
