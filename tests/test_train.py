@@ -462,6 +462,22 @@ def test_every_hyperparameter_documents_itself():
                             "smooth_terms", "deploy"}
 
 
+def test_train_help_lists_the_fields_by_section(capsys):
+    """grpo-ctrl train --help: one group per section, in SECTIONS' order, each listing its
+    fields' flags and no other's; every field belongs to a section."""
+    from dataclasses import fields
+    from grpo_ctrl.grpo_config import SECTIONS
+    assert len(fields(GRPOConfig)) <= 45
+    assert cli.main(["train", "--help"]) == 0
+    text = capsys.readouterr().out
+    heads = [text.index(f"GRPO: {name} ") for name in SECTIONS]
+    assert heads == sorted(heads)
+    for f in fields(GRPOConfig):
+        i = SECTIONS.index(f.metadata["section"])
+        end = heads[i + 1] if i + 1 < len(heads) else len(text)
+        assert "  --" + f.name.replace("_", "-") + " " in text[heads[i]:end], f.name
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
