@@ -44,9 +44,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "episodes and print the paired difference")
     p.add_argument("--gym", action="store_true",
                    help="evaluate on Gymnasium's Pendulum-v1 (pendulum/gym controllers only)")
-    p.add_argument("--robustness", action="store_true",
+    p.add_argument("--score", choices=("realaigym",),
+                   help="realaigym: RealAIGym's RealAI score of one run from hanging at rest, "
+                        "each criterion beside their entries (pendulum/realaigym; "
+                        "docs/realaigym.md)")
+    p.add_argument("--robustness", nargs="?", const=True, default=False, metavar="realaigym",
                    help="the robustness benchmark: success under parameter, delay, noise, motor "
                         "and push perturbations, a table and a PNG (docs/robustness.md); "
+                        "'--robustness realaigym': RealAIGym's four categories instead; "
                         "--episodes per grid point (default 20), 10x that in the realistic row")
     p.add_argument("--out", help="folder for the robustness table, JSON and PNG (default: the "
                                  "first run's folder, else robustness-SYSTEM-PRESET)")
@@ -104,7 +109,27 @@ def run_robustness(controllers: dict, args) -> int:
     return 0
 
 
+def run_realaigym(controllers: dict, args) -> int:
+    from grpo_ctrl import realaigym
+    realaigym.check_plant(controllers)
+    if args.score:
+        print(realaigym.score_table(controllers))
+    if args.robustness:
+        print(realaigym.robustness_table(controllers, args.episodes or 100, args.seed))
+    return 0
+
+
 def run(args) -> int:
+    if isinstance(args.robustness, str) and args.robustness != "realaigym":
+        # "--robustness RUN": the flag without its optional value, then a run
+        args.run.insert(0, args.robustness)
+        args.robustness = True
+    if args.score or args.robustness == "realaigym":
+        if args.gym:
+            raise UserError("RealAIGym's benchmark runs on the C simulator; drop --gym")
+        if args.robustness is True:
+            raise UserError("--score realaigym goes with '--robustness realaigym', not ours")
+        return run_realaigym(resolve_controllers(args), args)
     if args.robustness and args.gym:
         raise UserError("--robustness runs on the C simulator; drop --gym")
     if args.video:

@@ -97,14 +97,17 @@ class SwingUpLQR(nn.Module, abc.ABC):
 
 
 class PendulumSwingUp(SwingUpLQR):
+    """Centre of mass at com l, inertia inertia m l^2 about the pivot (csrc/pendsim.h)."""
+
     def pole_energy(self, x, c):
         g, m, l = self.p["g"], self.p["m"], self.p["l"]
         thd = x[:, 1:2]
-        return 0.5 * (m * l * l / 3.0) * thd * thd + 0.5 * m * g * l * (1.0 + c)
+        return (0.5 * (self.p["inertia"] * m * l * l) * thd * thd
+                + self.p["com"] * m * g * l * (1.0 + c))
 
     def pump(self, x, c, s):
         g, m, l = self.p["g"], self.p["m"], self.p["l"]
-        target = m * g * l * (1.0 + self.tuning.energy_margin)
+        target = 2.0 * self.p["com"] * m * g * l * (1.0 + self.tuning.energy_margin)
         thd = x[:, 1:2]
         # at rest (an encoder-differenced speed is exactly 0) pump as if moving
         # at 1 rad/s: the law alone would never leave the hanging equilibrium
