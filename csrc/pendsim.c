@@ -144,6 +144,17 @@ static double quadratic_cost(const ps_model *m, const double *x, double u)
   return cost + m->w_u * (u * u);
 }
 
+/* The reward of a step from state x under command u (before the step). */
+static double step_reward(const ps_model *m, const double *p, const double *x, double u)
+{
+  switch (m->reward_kind) {
+  case PS_REWARD_ALIVE: return 1.0;
+  case PS_REWARD_HEIGHT:
+    return -quadratic_cost(m, x, u) - m->w_height * (1.0 - plant_height(m, p, x));
+  default: return -quadratic_cost(m, x, u);
+  }
+}
+
 /* fast_sincos where it is accurate, else libm (one angle at a time). */
 static inline void sincos_any(double x, double *s_out, double *c_out)
 {
@@ -271,8 +282,8 @@ observe_all_exact_avx2(int system, int B, const double *restrict xs, float *rest
 static void fix_far_angles(const ps_model *m, int B, const double *xs, float *obs)
 {
   /* per plant: state index of each angle and where its cos sits in obs */
-  static const int ANGLE[PS_NUM_SYSTEMS][2] = {{0, -1}, {2, -1}, {0, 1}};
-  static const int COS_AT[PS_NUM_SYSTEMS][2] = {{0, -1}, {2, -1}, {0, 2}};
+  static const int ANGLE[PS_NUM_SYSTEMS][2] = {{0, -1}, {2, -1}, {0, 1}, {0, 1}};
+  static const int COS_AT[PS_NUM_SYSTEMS][2] = {{0, -1}, {2, -1}, {0, 2}, {0, 2}};
   for (int j = 0; j < 2 && ANGLE[m->system][j] >= 0; ++j) {
     const double *x = xs + (size_t)ANGLE[m->system][j] * B;
     for (int b = 0; b < B; ++b) {
@@ -538,7 +549,7 @@ static void dynamics_generic(const ps_model *m, ps_data *d, const float *action,
   for (int b = 0; b < B; ++b) {
     const float u = actuator_command(m, d, b, action[b], env_delay(m, d, b));
     load(m, d, b, x, p);
-    double r = m->reward_kind == PS_REWARD_ALIVE ? 1.0 : -quadratic_cost(m, x, u);
+    double r = step_reward(m, p, x, u);
     integrate(m, p, x, nominal ? u : actuator_input(m, d, b, u));
     for (int k = 0; k < m->nx; ++k) d->x[k * B + b] = x[k];
     r += end_of_step(m, d, b, x, terminated, truncated);

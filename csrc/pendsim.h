@@ -21,11 +21,12 @@
 
 #define PS_MAX_NX 4       /* largest state dimension */
 #define PS_MAX_NOBS 6     /* largest observation dimension */
-#define PS_MAX_PARAMS 12  /* largest per-environment parameter vector */
+#define PS_MAX_PARAMS 16  /* largest per-environment parameter vector */
 #define PS_MAX_DELAY 32   /* longest actuation delay, in control steps */
 
 /* Plants. */
-enum { PS_PENDULUM = 0, PS_CARTPOLE = 1, PS_FURUTA = 2, PS_NUM_SYSTEMS = 3 };
+enum { PS_PENDULUM = 0, PS_CARTPOLE = 1, PS_FURUTA = 2, PS_DOUBLE_PENDULUM = 3,
+       PS_NUM_SYSTEMS = 4 };
 
 /* Integrators. EULER is explicit Euler (Gymnasium's CartPole); SEMI_EULER
  * updates velocities first and positions with the new velocities
@@ -34,8 +35,11 @@ enum { PS_EULER = 0, PS_SEMI_EULER = 1, PS_RK4 = 2 };
 
 /* Reward kinds. QUADRATIC: r = -(sum_k w_x[k] * e_k^2 + w_u * u^2) on the
  * pre-step state, with angles wrapped to [-pi, pi) first. ALIVE: r = 1 for
- * every step taken (Gymnasium's CartPole). */
-enum { PS_REWARD_QUADRATIC = 0, PS_REWARD_ALIVE = 1 };
+ * every step taken (Gymnasium's CartPole). HEIGHT: the quadratic reward
+ * minus w_height (1 - h), h the height of the plant's tip over its reach
+ * (1 upright, -1 hanging; the double pendulum's end effector, the pole's
+ * cos otherwise). */
+enum { PS_REWARD_QUADRATIC = 0, PS_REWARD_ALIVE = 1, PS_REWARD_HEIGHT = 2 };
 
 /* Per-environment parameter indices, one list per plant (SI units).
  * Pendulum: a body of mass m and length l pivoted at one end, its centre of
@@ -59,6 +63,15 @@ enum { PS_CP_G, PS_CP_MC, PS_CP_MP, PS_CP_L, PS_CP_NPARAM };
 enum {
   PS_FU_G, PS_FU_RM, PS_FU_KM, PS_FU_MR, PS_FU_LR, PS_FU_JR, PS_FU_DR,
   PS_FU_MP, PS_FU_LP, PS_FU_JP, PS_FU_DP, PS_FU_NPARAM
+};
+/* Double pendulum (RealAIGym's acrobot and pendubot; plant_double.h has
+ * the equations): link masses m1, m2, lengths l1, l2, centres of mass r1, r2
+ * from the joints, inertias I1, I2 about the joint axes, viscous b1, b2 and
+ * Coulomb cf1, cf2 friction of the joints, rotor inertia Ir and gear ratio
+ * gr of the motor(s). */
+enum {
+  PS_DP_G, PS_DP_M1, PS_DP_M2, PS_DP_L1, PS_DP_L2, PS_DP_R1, PS_DP_R2, PS_DP_I1, PS_DP_I2,
+  PS_DP_B1, PS_DP_B2, PS_DP_CF1, PS_DP_CF2, PS_DP_IR, PS_DP_GR, PS_DP_NPARAM
 };
 
 /* How each environment's plant is chosen at reset (ps_reset and autoreset).
@@ -98,7 +111,7 @@ typedef struct {
 /* What does not change while simulating. Fill it with ps_model_init and
  * adjust fields before the first step if you must. */
 typedef struct {
-  int system;               /* PS_PENDULUM, PS_CARTPOLE, PS_FURUTA */
+  int system;               /* PS_PENDULUM, ..., PS_DOUBLE_PENDULUM */
   int nx;                   /* state dimension */
   int nobs;                 /* observation dimension */
   int nparam;               /* per-environment parameter count */
@@ -113,10 +126,13 @@ typedef struct {
                                Gymnasium's Pendulum does under NumPy 2 */
   double coulomb_vc;        /* velocity scale of the smoothed Coulomb term;
                                0: the exact sign of the velocity */
+  int actuated;             /* double pendulum: the joint the motor drives,
+                               0 shoulder (pendubot), 1 elbow (acrobot) */
   /* task */
   int reward_kind;
   double w_x[PS_MAX_NX];    /* quadratic state weights */
   double w_u;               /* quadratic action weight */
+  double w_height;          /* PS_REWARD_HEIGHT's weight */
   double term_limit[PS_MAX_NX]; /* terminate when |x_k| > limit (0 = none) */
   double term_reward;       /* added to the reward of a terminating step */
   int max_steps;            /* truncate after this many steps (0 = never) */

@@ -13,6 +13,8 @@
 
 #define PI 3.14159265358979323846 /* a macro: the layout tables are static initialisers */
 
+#include "plant_double.h" /* the double pendulum's equations and presets */
+
 /* ------------------------------------------------------------------------
  * Pendulum. State [th, thd], observation [cos th, sin th, thd], th zero
  * upright and growing counter-clockwise.
@@ -144,6 +146,7 @@ void plant_dynamics(const ps_model *m, const double *p, const double *x, double 
   switch (m->system) {
   case PS_PENDULUM: pendulum_f(m, p, x, u, xdot); break;
   case PS_CARTPOLE: cartpole_f(p, x, u, xdot); break;
+  case PS_DOUBLE_PENDULUM: double_pendulum_f(m, p, x, u, xdot); break;
   default: furuta_f(p, x, u, xdot); break;
   }
 }
@@ -153,7 +156,18 @@ double plant_energy(const ps_model *m, const double *p, const double *x)
   switch (m->system) {
   case PS_PENDULUM: return pendulum_energy(p, x);
   case PS_CARTPOLE: return cartpole_energy(p, x);
+  case PS_DOUBLE_PENDULUM: return double_pendulum_energy(p, x);
   default: return furuta_energy(p, x);
+  }
+}
+
+double plant_height(const ps_model *m, const double *p, const double *x)
+{
+  switch (m->system) {
+  case PS_PENDULUM: return cos(x[0]);
+  case PS_CARTPOLE: return cos(x[2]);
+  case PS_DOUBLE_PENDULUM: return double_pendulum_height(p, x);
+  default: return cos(x[1]);
   }
 }
 
@@ -198,6 +212,20 @@ static const ps_layout LAYOUTS[PS_NUM_SYSTEMS] = {
         /* the arm kept within the encoder cable's reach */
         .n_channels = 2, .channel_position = {0, 1}, .channel_velocity = {2, 3},
         .channel_pos_limit = {2.0, 0.0}, .channel_vel_limit = {0.0, 0.0}},
+    [PS_DOUBLE_PENDULUM] = {
+        .action_name = "torque", .action_unit = "N*m",
+        .state_unit = {"rad", "rad", "rad/s", "rad/s"},
+        .obs_unit = {"1", "1", "1", "1", "rad/s", "rad/s"},
+        .param_unit = {"m/s^2", "kg", "kg", "m", "m", "m", "m", "kg*m^2", "kg*m^2",
+                       "N*m*s/rad", "N*m*s/rad", "N*m", "N*m", "kg*m^2", "1"},
+        .is_angle = {1, 1, 0, 0}, .is_angular_velocity = {0, 0, 1, 1},
+        .obs_index = {0, 2, 4, 5}, .cyclic = {0, 0, 0, 0},
+        .pole_angle = 0, .pole_velocity = 2,
+        /* what the joints reach in a 6 N m swing-up */
+        .operating_range = {PI, PI, 20.0, 40.0},
+        /* two encoders, continuous rotation, no default limits */
+        .n_channels = 2, .channel_position = {0, 1}, .channel_velocity = {2, 3},
+        .channel_pos_limit = {0.0, 0.0}, .channel_vel_limit = {0.0, 0.0}},
 };
 
 int plant_is_angle(int system, int k) { return LAYOUTS[system].is_angle[k]; }
@@ -206,22 +234,27 @@ int plant_is_angular_velocity(int system, int k) { return LAYOUTS[system].is_ang
 /* ------------------------------------------------------------------------
  * Names.
  * ---------------------------------------------------------------------- */
-static const char *const SYSTEM_NAMES[PS_NUM_SYSTEMS] = {"pendulum", "cartpole", "furuta"};
+static const char *const SYSTEM_NAMES[PS_NUM_SYSTEMS] = {"pendulum", "cartpole", "furuta",
+                                                          "double_pendulum"};
 static const char *const PARAM_NAMES[PS_NUM_SYSTEMS][PS_MAX_PARAMS] = {
     {"g", "m", "l", "b", "fc", "com", "inertia"},
     {"g", "mc", "mp", "l"},
-    {"g", "rm", "km", "mr", "lr", "jr", "dr", "mp", "lp", "jp", "dp"}};
+    {"g", "rm", "km", "mr", "lr", "jr", "dr", "mp", "lp", "jp", "dp"},
+    {"g", "m1", "m2", "l1", "l2", "r1", "r2", "I1", "I2", "b1", "b2", "cf1", "cf2", "Ir", "gr"}};
 static const char *const STATE_NAMES[PS_NUM_SYSTEMS][PS_MAX_NX] = {
     {"theta", "theta_dot"},
     {"x", "x_dot", "theta", "theta_dot"},
-    {"theta", "alpha", "theta_dot", "alpha_dot"}};
+    {"theta", "alpha", "theta_dot", "alpha_dot"},
+    {"theta1", "theta2", "theta1_dot", "theta2_dot"}};
 static const char *const OBS_NAMES[PS_NUM_SYSTEMS][PS_MAX_NOBS] = {
     {"cos_theta", "sin_theta", "theta_dot"},
     {"x", "x_dot", "cos_theta", "sin_theta", "theta_dot"},
-    {"cos_theta", "sin_theta", "cos_alpha", "sin_alpha", "theta_dot", "alpha_dot"}};
-static const int NX[PS_NUM_SYSTEMS] = {2, 4, 4};
-static const int NOBS[PS_NUM_SYSTEMS] = {3, 5, 6};
-static const int NPARAM[PS_NUM_SYSTEMS] = {PS_PEND_NPARAM, PS_CP_NPARAM, PS_FU_NPARAM};
+    {"cos_theta", "sin_theta", "cos_alpha", "sin_alpha", "theta_dot", "alpha_dot"},
+    {"cos_theta1", "sin_theta1", "cos_theta2", "sin_theta2", "theta1_dot", "theta2_dot"}};
+static const int NX[PS_NUM_SYSTEMS] = {2, 4, 4, 4};
+static const int NOBS[PS_NUM_SYSTEMS] = {3, 5, 6, 6};
+static const int NPARAM[PS_NUM_SYSTEMS] = {PS_PEND_NPARAM, PS_CP_NPARAM, PS_FU_NPARAM,
+                                           PS_DP_NPARAM};
 
 int ps_system_id(const char *name)
 {
@@ -445,6 +478,10 @@ static const preset PRESETS[] = {
     {PS_CARTPOLE, "gym", cartpole_gym},
     {PS_CARTPOLE, "swingup", cartpole_swingup},
     {PS_FURUTA, "qube-servo2", furuta_qube},
+    {PS_DOUBLE_PENDULUM, "acrobot", double_pendulum_acrobot},
+    {PS_DOUBLE_PENDULUM, "pendubot", double_pendulum_pendubot},
+    {PS_DOUBLE_PENDULUM, "acrobot-real", double_pendulum_acrobot_real},
+    {PS_DOUBLE_PENDULUM, "pendubot-real", double_pendulum_pendubot_real},
 };
 static const int NUM_PRESETS = sizeof PRESETS / sizeof PRESETS[0];
 
@@ -475,14 +512,16 @@ int ps_model_init(ps_model *m, int system, const char *preset)
   return PS_ERR_PRESET;
 }
 
-/* Ranges a drawn plant can come from: ordered, finite, a motor that
- * responds, pushes that last. */
+/* Ranges a drawn plant can come from: ordered, finite, a plant that can be
+ * simulated, a motor that responds, pushes that last. */
 static int ranges_valid(const ps_model *m)
 {
   const ps_plant_ranges *r = &m->ranges;
   for (int k = 0; k < m->nparam; ++k)
     if (!isfinite(r->param_lo[k]) || !isfinite(r->param_hi[k]) || r->param_lo[k] > r->param_hi[k])
       return 0;
+  if (m->system == PS_DOUBLE_PENDULUM && !double_pendulum_ranges_valid(r->param_lo, r->param_hi))
+    return 0;
   for (int k = 0; k < m->nx / 2; ++k)
     if (!isfinite(r->offset_lo[k]) || !isfinite(r->offset_hi[k]) || r->offset_lo[k] > r->offset_hi[k])
       return 0;
@@ -502,7 +541,8 @@ int ps_model_check(const ps_model *m)
     return PS_ERR_MODEL;
   if (!(m->dt > 0) || m->substeps < 1 || m->integrator < PS_EULER ||
       m->integrator > PS_RK4 || m->delay < 0 || m->delay > PS_MAX_DELAY ||
-      !(m->u_max > 0) || m->v_max < 0 || !(m->coulomb_vc >= 0) || m->max_steps < 0)
+      !(m->u_max > 0) || m->v_max < 0 || !(m->coulomb_vc >= 0) || m->max_steps < 0 ||
+      m->actuated < 0 || m->actuated > 1 || !(m->w_height >= 0))
     return PS_ERR_MODEL;
   for (int k = 0; k < m->nx; ++k)
     if (m->enc_counts[k] < 0 || m->noise_std[k] < 0 || m->x0_low[k] > m->x0_high[k])

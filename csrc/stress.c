@@ -47,15 +47,18 @@ static void batch_init(batch *s)
   s->d = d;
 }
 
-/* Wide ranges around the preset: every parameter +-50%, delays up to the
+/* Wide ranges around the preset: every parameter +-50% (the double
+ * pendulum's +-10%: its inertias about the joints, drawn apart from its
+ * masses, must stay above the parallel-axis bound), delays up to the
  * longest, a slow motor, actuator noise, frequent long pushes, offsets. */
 static void draw_plants(ps_model *m)
 {
   ps_plant_ranges *r = &m->ranges;
+  const double spread = m->system == PS_DOUBLE_PENDULUM ? 0.1 : 0.5;
   m->plant_mode = PS_PLANT_DRAW;
   for (int k = 0; k < m->nparam; ++k) {
-    r->param_lo[k] = 0.5 * m->param[k];
-    r->param_hi[k] = 1.5 * m->param[k];
+    r->param_lo[k] = (1.0 - spread) * m->param[k];
+    r->param_hi[k] = (1.0 + spread) * m->param[k];
   }
   r->delay_lo = 0;
   r->delay_hi = PS_MAX_DELAY;

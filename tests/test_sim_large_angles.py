@@ -10,7 +10,8 @@ import pytest
 from grpo_ctrl.sim import BatchSim, presets, systems
 
 # where each plant's angles sit in the state and where their cos sits in obs
-ANGLES = {"pendulum": [(0, 0)], "cartpole": [(2, 2)], "furuta": [(0, 0), (1, 2)]}
+ANGLES = {"pendulum": [(0, 0)], "cartpole": [(2, 2)], "furuta": [(0, 0), (1, 2)],
+          "double_pendulum": [(0, 0), (1, 2)]}
 
 
 def large_angles():

@@ -75,6 +75,12 @@ def _energy_rate_and_power(sim, x, u, eps=1e-6):
         power = (u - p["b"] * thd - p["fc"] * coulomb) * thd
     elif sim.system == "cartpole":
         power = u * x[1]  # force times cart velocity
+    elif sim.system == "double_pendulum":
+        # the motor's torque on its joint; viscous and atan-shaped Coulomb friction on both
+        vc = float(sim.model.coulomb_vc)
+        power = u * x[2 + sim.model.actuated]
+        for j, qd in enumerate(x[2:]):
+            power -= (p[f"b{j + 1}"] * qd + p[f"cf{j + 1}"] * np.arctan(qd / vc)) * qd
     else:
         thd, ald = x[2], x[3]
         torque = p["km"] * (u - p["km"] * thd) / p["rm"]

@@ -264,7 +264,8 @@ def test_each_layout_agrees_with_its_plants_dynamics_and_observation(system, pre
 
 # what each sensor channel of a rig reads, written out by hand as the
 # independent reference: (state index of its position, of its velocity)
-RIG_CHANNELS = {"pendulum": [(0, 1)], "cartpole": [(0, 1), (2, 3)], "furuta": [(0, 2), (1, 3)]}
+RIG_CHANNELS = {"pendulum": [(0, 1)], "cartpole": [(0, 1), (2, 3)], "furuta": [(0, 2), (1, 3)],
+                "double_pendulum": [(0, 2), (1, 3)]}
 
 
 @pytest.mark.parametrize("system", systems())

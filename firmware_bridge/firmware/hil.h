@@ -33,7 +33,7 @@ typedef struct {
   int hold_until_armed;       /* hold the plant at its start until first armed */
   /* a plant that is not the preset (grpo-ctrl hil --param, --plant, --mystery) */
   int n_param;                /* parameters 0..n_param-1 replace the preset's (0: none) */
-  double param[12];           /* PS_MAX_PARAMS */
+  double param[16];           /* PS_MAX_PARAMS */
   int delay_steps;            /* actuation delay, control steps (0..PS_MAX_DELAY) */
   double offset[PROTO_MAX_CHANNELS];  /* added to each channel's position (encoder offset) */
   double motor_k;             /* the actuator's first-order response per control step,
