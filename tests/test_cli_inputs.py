@@ -61,6 +61,8 @@ ACCEPTED = {
     ("sysid", "--plot"): (ANY, "any text names a file"),
     ("sysid", "--max-delay"): ({"zero"}, "a plant without delay"),
     ("firmware", "--out"): (ANY, "any text names a project folder"),
+    ("train", "--tensorboard"): (ANY, "any text names a folder"),
+    ("eval", "--video-episodes"): ({"zero"}, "episode 0 is the first"),
 }
 for _command in ("train", "demo", "eval", "baselines", "hil"):
     ACCEPTED[(_command, "--seed")] = ({"zero"}, "seed 0")
@@ -93,6 +95,10 @@ def elsewhere(tmp_path_factory):
     from grpo_ctrl.controller import load_controller
     folder = tmp_path_factory.mktemp("elsewhere")
     export_onnx(load_controller("lqr", "pendulum", "gym"), folder / "p.onnx", source="lqr")
+    from grpo_ctrl.firmware_bridge.telemetry import COLUMNS
+    row = {"kind": "state", "dev_seq": "1", "dev_t_us": "0", "actuator": "0.0", "obs": "1 0 0"}
+    (folder / "t.csv").write_text(",".join(COLUMNS) + "\n"
+                                  + ",".join(row.get(c, "") for c in COLUMNS) + "\n")
     return folder
 
 
@@ -116,6 +122,7 @@ def _base(command: str, folder) -> tuple[dict, list[str]]:
                         "--duration", "5"]),
         "sysid": ({"logs": str(folder / "no-such-log.csv")}, ["--out", str(folder / "f.toml")]),
         "firmware": ({}, ["--board", "uno", "--out", str(folder / "firmware")]),
+        "replay": ({"telemetry": str(folder / "t.csv")}, ["--video", str(folder / "r.gif")]),
     }.get(command, ({}, []))
 
 
