@@ -15,28 +15,15 @@
 /* Environments per tile: one AVX-512 register, two AVX ones, four SSE ones. */
 #define TILE 16
 
-/* Runtime dispatch (GCC >= 11 on x86-64 Linux): the kernels' plain loops are
- * compiled for AVX2 as well as for the baseline (target_clones, picked when the
- * library loads), and their register-blocked versions for AVX-512 (target
- * "x86-64-v4", picked per call by pr_v4()). The blocked versions hold 16
- * accumulators of 16 floats in GCC vector types: right for AVX-512's 32
- * registers of 16 floats, 40-50 x slower where a vector of 16 floats is not a
- * register (x86-64-v3: 812 against 14.5 us for the network of 256 branches), so
- * those targets keep the plain loops (docs/grpo.md §9, thirteenth pass).
- * Elsewhere: the plain loops only. */
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && defined(__x86_64__) && \
-    defined(__linux__) && !defined(PR_NO_CLONES)
-#define PR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#define PR_V4 __attribute__((target("arch=x86-64-v4")))
-#define PR_HAVE_V4 1
-static inline int pr_v4(void)
-{
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
-}
+#include "policy_simd.h"
+#include "policy_targets.h"
+
+#if defined(__GNUC__)
+#define PR_UNUSED __attribute__((unused))
+#define PR_NOINLINE __attribute__((noinline))
 #else
-#define PR_CLONES
-#define PR_HAVE_V4 0
+#define PR_UNUSED
+#define PR_NOINLINE
 #endif
 
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SIN = 2 };
@@ -73,7 +60,7 @@ static inline float activate(float v, int act)
 
 /* out[j][b] = act(bias[j] + sum_i W[j][i] in[i][b]) for b < S (S a multiple of
  * TILE; rows S apart). Four outputs at a time share each input load. */
-PR_CLONES
+PR_CLONES PR_UNUSED
 static void dense_plain(int S, int nin, int nout, const float *W, const float *bias,
                         const float *in, float *out, int act)
 {
@@ -119,74 +106,154 @@ static void dense_plain(int S, int nin, int nout, const float *W, const float *b
   }
 }
 
-#if PR_HAVE_V4
-/* Unaligned, aliasing vectors of one tile: GCC keeps locals of this type in
- * registers, where arrays of float accumulators spill to the stack. */
-typedef float tile_vec __attribute__((vector_size(4 * TILE), aligned(4), may_alias));
-#define VEC(p) (*(tile_vec *)(p))
-
-/* dense_v4's block: outputs j..j+JB of tiles b0..b0+NT, each input row loaded
- * once for JB outputs and each weight once for NT tiles. JB and NT are
- * constants at every call, so the loops unroll into JB * NT accumulators. */
-static inline __attribute__((always_inline)) void dense_block(int JB, int NT, int S, int b0,
-                                                              int j, int nin, const float *W,
-                                                              const float *bias,
-                                                              const float *in, float *out,
-                                                              int act)
+/* grad_acc_plain's sums for S samples (a multiple of TILE):
+ * gacc[(j * nin + i) * TILE + k] += sum over the tiles t of dy[j][t + k] x[i][t + k],
+ * gbacc[j * TILE + k] += that of dy[j][t + k]: lane by lane, so no horizontal sums
+ * until the end (pu_gradient). Four outputs at a time share each input load. */
+PR_CLONES PR_UNUSED
+static void grad_acc_plain(int S, int nin, int nout, const float *dy, const float *x, float *gacc,
+                           float *gbacc)
 {
-  const tile_vec zero = {0.0f};
-  tile_vec acc[8][2];
-  for (int a = 0; a < JB; ++a)
-    for (int u = 0; u < NT; ++u) acc[a][u] = zero + bias[j + a];
-  for (int i = 0; i < nin; ++i) {
-    const float *x = in + (size_t)i * S + b0;
-    tile_vec xv[2];
-    for (int u = 0; u < NT; ++u) xv[u] = VEC(x + u * TILE);
-    for (int a = 0; a < JB; ++a) {
-      const float w = W[(size_t)(j + a) * nin + i];
-      for (int u = 0; u < NT; ++u) acc[a][u] += w * xv[u];
+  for (int j = 0; j < nout; ++j) {
+    float *gb = gbacc + (size_t)j * TILE;
+    const float *d = dy + (size_t)j * S;
+    for (int t = 0; t < S; t += TILE)
+      for (int k = 0; k < TILE; ++k) gb[k] += d[t + k];
+  }
+  int j = 0;
+  for (; j + 4 <= nout; j += 4) {
+    const float *d0 = dy + (size_t)j * S, *d1 = d0 + S, *d2 = d1 + S, *d3 = d2 + S;
+    for (int i = 0; i < nin; ++i) {
+      const float *xi = x + (size_t)i * S;
+      float *g0 = gacc + ((size_t)j * nin + i) * TILE, *g1 = g0 + (size_t)nin * TILE,
+            *g2 = g1 + (size_t)nin * TILE, *g3 = g2 + (size_t)nin * TILE;
+      float a0[TILE], a1[TILE], a2[TILE], a3[TILE];
+      for (int k = 0; k < TILE; ++k) {
+        a0[k] = g0[k];
+        a1[k] = g1[k];
+        a2[k] = g2[k];
+        a3[k] = g3[k];
+      }
+      for (int t = 0; t < S; t += TILE)
+        for (int k = 0; k < TILE; ++k) {
+          const float v = xi[t + k];
+          a0[k] += d0[t + k] * v;
+          a1[k] += d1[t + k] * v;
+          a2[k] += d2[t + k] * v;
+          a3[k] += d3[t + k] * v;
+        }
+      for (int k = 0; k < TILE; ++k) {
+        g0[k] = a0[k];
+        g1[k] = a1[k];
+        g2[k] = a2[k];
+        g3[k] = a3[k];
+      }
     }
   }
-  for (int a = 0; a < JB; ++a)
-    for (int u = 0; u < NT; ++u) {
-      float *o = out + (size_t)(j + a) * S + b0 + u * TILE;
-      VEC(o) = acc[a][u];
-      for (int k = 0; k < TILE; ++k) o[k] = activate(o[k], act);
+  for (; j < nout; ++j) {
+    const float *d = dy + (size_t)j * S;
+    for (int i = 0; i < nin; ++i) {
+      const float *xi = x + (size_t)i * S;
+      float *g = gacc + ((size_t)j * nin + i) * TILE;
+      for (int t = 0; t < S; t += TILE)
+        for (int k = 0; k < TILE; ++k) g[k] += d[t + k] * xi[t + k];
     }
+  }
 }
 
-/* dense_plain's result in blocks of 8 outputs by 2 tiles, 16 accumulators: the
- * network of 256 branches in 14.5 us against 25 (AVX-512). */
-PR_V4
-static void dense_v4(int S, int nin, int nout, const float *W, const float *bias,
-                     const float *in, float *out, int act)
-{
-  int b0 = 0;
-  for (; b0 + 2 * TILE <= S; b0 += 2 * TILE) {
-    int j = 0;
-    for (; j + 8 <= nout; j += 8) dense_block(8, 2, S, b0, j, nin, W, bias, in, out, act);
-    for (; j + 4 <= nout; j += 4) dense_block(4, 2, S, b0, j, nin, W, bias, in, out, act);
-    for (; j < nout; ++j) dense_block(1, 2, S, b0, j, nin, W, bias, in, out, act);
-  }
-  for (; b0 < S; b0 += TILE) {
-    int j = 0;
-    for (; j + 8 <= nout; j += 8) dense_block(8, 1, S, b0, j, nin, W, bias, in, out, act);
-    for (; j + 4 <= nout; j += 4) dense_block(4, 1, S, b0, j, nin, W, bias, in, out, act);
-    for (; j < nout; ++j) dense_block(1, 1, S, b0, j, nin, W, bias, in, out, act);
-  }
-}
+/* The register-blocked kernels (policy_kernels.h), one set per path. Their
+ * vectors: unaligned and aliasing, which GCC keeps in registers where arrays of
+ * float accumulators spill to the stack. Measured on an AMD EPYC (Zen 4) for the
+ * gym default's network on 256 branches: benchmarks/bench_kernels.py. */
+#if PR_HAVE_VEC
+typedef float pr_vec4 __attribute__((vector_size(16), aligned(4), may_alias));
+
+/* baseline: vectors of 4 floats; 6 x 4 accumulators and 4 x 4 in NEON's 32
+ * registers; on SSE2's 16, 4 x 4 and 2 x 4 (the fastest of 6 x 2, 4 x 2, 4 x 4 and
+ * 8 x 1 for dense, 3 x 3, 2 x 2, 2 x 4 and 4 x 2 for grad_acc, in the update) */
+#define K_NAME(f) f##_base
+#define K_ATTR PR_UNUSED
+#define K_VEC pr_vec4
+#define K_V 4
+#if defined(__aarch64__)
+#define K_DJB 6
+#define K_DNT 4
+#define K_GJB 4
+#define K_GIB 4
+#else
+#define K_DJB 4
+#define K_DNT 4
+#define K_GJB 2
+#define K_GIB 4
+#endif
+#include "policy_kernels.h"
 #endif
 
-static void dense(int S, int nin, int nout, const float *W, const float *bias, const float *in,
-                  float *out, int act)
-{
+#if PR_HAVE_V3
+typedef float pr_vec8 __attribute__((vector_size(32), aligned(4), may_alias));
+
+/* avx2: vectors of 8 floats (half a tile), 6 x 2 and 3 x 3 accumulators of 16 registers
+ * (dense: 4 x 2 measured the same; grad_acc: 4 x 2 the same, 2 x 2 and 2 x 4 5-20% slower) */
+#define K_NAME(f) f##_v3
+#define K_ATTR PR_V3 PR_UNUSED
+#define K_VEC pr_vec8
+#define K_V 8
+#define K_DJB 6
+#define K_DNT 2
+#define K_GJB 3
+#define K_GIB 3
+#include "policy_kernels.h"
+#endif
+
 #if PR_HAVE_V4
-  if (pr_v4()) {
-    dense_v4(S, nin, nout, W, bias, in, out, act);
-    return;
-  }
+typedef float pr_vec16 __attribute__((vector_size(64), aligned(4), may_alias));
+
+/* avx512: vectors of 16 floats (a tile), 8 x 2 and 4 x 4 accumulators of 32 registers */
+#define K_NAME(f) f##_v4
+#define K_ATTR PR_V4 PR_UNUSED
+#define K_VEC pr_vec16
+#define K_V 16
+#define K_DJB 8
+#define K_DNT 2
+#define K_GJB 4
+#define K_GIB 4
+#include "policy_kernels.h"
 #endif
-  dense_plain(S, nin, nout, W, bias, in, out, act);
+
+/* out[j][b] = act(bias[j] + sum_i W[j][i] in[i][b]) for b < S, on the path in use. */
+static inline void dense(int S, int nin, int nout, const float *W, const float *bias,
+                         const float *in, float *out, int act)
+{
+  switch (pr_simd_level()) {
+#if PR_HAVE_V4
+  case PR_SIMD_AVX512: dense_v4(S, nin, nout, W, bias, in, out, act); return;
+#endif
+#if PR_HAVE_V3
+  case PR_SIMD_AVX2: dense_v3(S, nin, nout, W, bias, in, out, act); return;
+#endif
+#if PR_HAVE_VEC
+  case PR_SIMD_BASELINE: dense_base(S, nin, nout, W, bias, in, out, act); return;
+#endif
+  default: dense_plain(S, nin, nout, W, bias, in, out, act);
+  }
+}
+
+/* grad_acc_plain's sums on the path in use. */
+static inline void grad_acc(int S, int nin, int nout, const float *dy, const float *x,
+                            float *gacc, float *gbacc)
+{
+  switch (pr_simd_level()) {
+#if PR_HAVE_V4
+  case PR_SIMD_AVX512: grad_acc_v4(S, nin, nout, dy, x, gacc, gbacc); return;
+#endif
+#if PR_HAVE_V3
+  case PR_SIMD_AVX2: grad_acc_v3(S, nin, nout, dy, x, gacc, gbacc); return;
+#endif
+#if PR_HAVE_VEC
+  case PR_SIMD_BASELINE: grad_acc_base(S, nin, nout, dy, x, gacc, gbacc); return;
+#endif
+  default: grad_acc_plain(S, nin, nout, dy, x, gacc, gbacc);
+  }
 }
 
 /* Rows of the activations: B rounded up to tiles, and off a multiple of 256

@@ -145,128 +145,6 @@ static void forward(const pu_net *net, parts *p)
   dense(CHUNK, w, 1, net->W[net->nhidden], net->b[net->nhidden], a, p->mu, ACT_NONE);
 }
 
-/* gacc[(j * nin + i) * TILE + k] += sum over the chunk's tiles of dy[j][t + k] x[i][t + k],
- * gbacc[j * TILE + k] += that of dy[j][t + k]: lane by lane, so no horizontal sums
- * until the end. Four outputs at a time share each input load. */
-PR_CLONES
-static void grad_acc_plain(int nin, int nout, const float *dy, const float *x, float *gacc,
-                           float *gbacc)
-{
-  const int S = CHUNK;
-  for (int j = 0; j < nout; ++j) {
-    float *gb = gbacc + (size_t)j * TILE;
-    const float *d = dy + (size_t)j * S;
-    for (int t = 0; t < S; t += TILE)
-      for (int k = 0; k < TILE; ++k) gb[k] += d[t + k];
-  }
-  int j = 0;
-  for (; j + 4 <= nout; j += 4) {
-    const float *d0 = dy + (size_t)j * S, *d1 = d0 + S, *d2 = d1 + S, *d3 = d2 + S;
-    for (int i = 0; i < nin; ++i) {
-      const float *xi = x + (size_t)i * S;
-      float *g0 = gacc + ((size_t)j * nin + i) * TILE, *g1 = g0 + (size_t)nin * TILE,
-            *g2 = g1 + (size_t)nin * TILE, *g3 = g2 + (size_t)nin * TILE;
-      float a0[TILE], a1[TILE], a2[TILE], a3[TILE];
-      for (int k = 0; k < TILE; ++k) {
-        a0[k] = g0[k];
-        a1[k] = g1[k];
-        a2[k] = g2[k];
-        a3[k] = g3[k];
-      }
-      for (int t = 0; t < S; t += TILE)
-        for (int k = 0; k < TILE; ++k) {
-          const float v = xi[t + k];
-          a0[k] += d0[t + k] * v;
-          a1[k] += d1[t + k] * v;
-          a2[k] += d2[t + k] * v;
-          a3[k] += d3[t + k] * v;
-        }
-      for (int k = 0; k < TILE; ++k) {
-        g0[k] = a0[k];
-        g1[k] = a1[k];
-        g2[k] = a2[k];
-        g3[k] = a3[k];
-      }
-    }
-  }
-  for (; j < nout; ++j) {
-    const float *d = dy + (size_t)j * S;
-    for (int i = 0; i < nin; ++i) {
-      const float *xi = x + (size_t)i * S;
-      float *g = gacc + ((size_t)j * nin + i) * TILE;
-      for (int t = 0; t < S; t += TILE)
-        for (int k = 0; k < TILE; ++k) g[k] += d[t + k] * xi[t + k];
-    }
-  }
-}
-
-#if PR_HAVE_V4
-/* grad_acc_plain's sums in blocks of 4 outputs by 4 inputs, 16 accumulators in
- * registers (AVX-512; policy_dense.h). */
-PR_V4
-static void grad_acc_v4(int nin, int nout, const float *dy, const float *x, float *gacc,
-                        float *gbacc)
-{
-  const int S = CHUNK;
-  for (int j = 0; j < nout; ++j) {
-    tile_vec sum = VEC(gbacc + (size_t)j * TILE);
-    for (int t = 0; t < S; t += TILE) sum += VEC(dy + (size_t)j * S + t);
-    VEC(gbacc + (size_t)j * TILE) = sum;
-  }
-  int j = 0;
-  for (; j + 4 <= nout; j += 4) {
-    const float *d = dy + (size_t)j * S;
-    int i = 0;
-    for (; i + 4 <= nin; i += 4) {
-      float *g = gacc + ((size_t)j * nin + i) * TILE;
-      tile_vec acc[4][4];
-      for (int a = 0; a < 4; ++a)
-        for (int c = 0; c < 4; ++c) acc[a][c] = VEC(g + ((size_t)a * nin + c) * TILE);
-      for (int t = 0; t < S; t += TILE) {
-        tile_vec dv[4], xv[4];
-        for (int a = 0; a < 4; ++a) dv[a] = VEC(d + (size_t)a * S + t);
-        for (int c = 0; c < 4; ++c) xv[c] = VEC(x + (size_t)(i + c) * S + t);
-        for (int a = 0; a < 4; ++a)
-          for (int c = 0; c < 4; ++c) acc[a][c] += dv[a] * xv[c];
-      }
-      for (int a = 0; a < 4; ++a)
-        for (int c = 0; c < 4; ++c) VEC(g + ((size_t)a * nin + c) * TILE) = acc[a][c];
-    }
-    for (; i < nin; ++i) {
-      float *g = gacc + ((size_t)j * nin + i) * TILE;
-      tile_vec acc[4];
-      for (int a = 0; a < 4; ++a) acc[a] = VEC(g + (size_t)a * nin * TILE);
-      for (int t = 0; t < S; t += TILE) {
-        const tile_vec xv = VEC(x + (size_t)i * S + t);
-        for (int a = 0; a < 4; ++a) acc[a] += VEC(d + (size_t)a * S + t) * xv;
-      }
-      for (int a = 0; a < 4; ++a) VEC(g + (size_t)a * nin * TILE) = acc[a];
-    }
-  }
-  for (; j < nout; ++j) {
-    const float *d = dy + (size_t)j * S;
-    for (int i = 0; i < nin; ++i) {
-      float *g = gacc + ((size_t)j * nin + i) * TILE;
-      tile_vec acc = VEC(g);
-      for (int t = 0; t < S; t += TILE) acc += VEC(d + t) * VEC(x + (size_t)i * S + t);
-      VEC(g) = acc;
-    }
-  }
-}
-#endif
-
-static void grad_acc(int nin, int nout, const float *dy, const float *x, float *gacc,
-                     float *gbacc)
-{
-#if PR_HAVE_V4
-  if (pr_v4()) {
-    grad_acc_v4(nin, nout, dy, x, gacc, gbacc);
-    return;
-  }
-#endif
-  grad_acc_plain(nin, nout, dy, x, gacc, gbacc);
-}
-
 /* dy[j][s] = scale[j] dmu[s] where out[j][s] > 0, else 0: the gradient at a ReLU
  * layer's input, from the loss's gradient at the linear output scale . out. */
 PR_CLONES
@@ -323,13 +201,13 @@ static void loss_grad(parts *p, float log_std, float eps_low, float eps_high, su
 static void backward(const pu_net *net, parts *p)
 {
   const int nh = net->nhidden, w = net->width, S = CHUNK;
-  grad_acc(w, 1, p->dmu, p->h[nh - 1], p->gacc[nh], p->gbacc[nh]);
+  grad_acc(S, w, 1, p->dmu, p->h[nh - 1], p->gacc[nh], p->gbacc[nh]);
   int cur = 0;
   float *dy = p->dh[cur];
   relu_grad_outer(w, net->W[nh], p->dmu, p->h[nh - 1], dy);
   for (int l = nh - 1; l >= 0; --l) {
     const float *a = l ? p->h[l - 1] : p->in;
-    grad_acc(fan_in(net, l), w, dy, a, p->gacc[l], p->gbacc[l]);
+    grad_acc(S, fan_in(net, l), w, dy, a, p->gacc[l], p->gbacc[l]);
     if (l == 0) break;
     float *dx = p->dh[1 - cur];
     cur = 1 - cur;

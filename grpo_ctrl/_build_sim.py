@@ -14,14 +14,15 @@ from grpo_ctrl._cdef import C_FLAGS, ROOT, cdef_from_headers  # noqa: E402
 ffibuilder = FFI()
 ffibuilder.cdef(cdef_from_headers(ROOT / "csrc" / "pendsim.h", ROOT / "csrc" / "plant_layout.h",
                                    ROOT / "csrc" / "policy_rollout.h",
-                                   ROOT / "csrc" / "policy_update.h"))
+                                   ROOT / "csrc" / "policy_update.h",
+                                   ROOT / "csrc" / "policy_simd.h"))
 ffibuilder.set_source(
     "grpo_ctrl._pendsim",
     '#include "pendsim.h"\n#include "plant_layout.h"\n#include "policy_rollout.h"\n'
-    '#include "policy_update.h"\n',
+    '#include "policy_update.h"\n#include "policy_simd.h"\n',
     # setuptools wants paths relative to the project root
     sources=["csrc/pendsim.c", "csrc/plants.c", "csrc/policy_rollout.c",
-             "csrc/policy_update.c"],
+             "csrc/policy_update.c", "csrc/policy_simd.c"],
     include_dirs=["csrc"],
     extra_compile_args=C_FLAGS,
     libraries=["m"],

@@ -1,0 +1,90 @@
+/*
+ * policy_simd: the kernels' SIMD path (policy_simd.h).
+ */
+#include "policy_simd.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy_targets.h"
+
+static const char *const NAMES[] = {"plain", "baseline", "avx2", "avx512"};
+
+/* The widest level this CPU and build run. */
+static int widest(void)
+{
+#if PR_HAVE_V3
+  __builtin_cpu_init(); /* this may run before libgcc's own constructor */
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
+    return PR_SIMD_AVX512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2"))
+    return PR_SIMD_AVX2;
+#endif
+  return PR_HAVE_VEC ? PR_SIMD_BASELINE : PR_SIMD_PLAIN;
+}
+
+static int parse(const char *name)
+{
+  for (int l = 0; l < 4; ++l)
+    if (strcmp(name, NAMES[l]) == 0) return l;
+  return -1;
+}
+
+static int level = -1;
+
+static int from_env(void)
+{
+  const int top = widest();
+  const char *s = getenv("GRPO_CTRL_SIMD");
+  if (!s || !*s) return top;
+  const int l = parse(s);
+  if (l < 0) {
+    fprintf(stderr, "error: GRPO_CTRL_SIMD=%.40s is not a SIMD path; this CPU runs: %s\n", s,
+            pr_simd_paths());
+    exit(2);
+  }
+  return l < top ? l : top;
+}
+
+int pr_simd_level(void)
+{
+  if (level < 0) level = from_env();
+  return level;
+}
+
+#if defined(__GNUC__)
+/* Read when the library loads, before any thread can call a kernel. */
+__attribute__((constructor)) static void read_env(void) { (void)pr_simd_level(); }
+#endif
+
+const char *pr_simd_path(void) { return NAMES[pr_simd_level()]; }
+
+const char *pr_simd_paths(void)
+{
+  static const char *const LISTS[] = {"plain", "baseline plain", "avx2 baseline plain",
+                                      "avx512 avx2 baseline plain"};
+  return LISTS[widest()];
+}
+
+const char *pr_simd_baseline(void)
+{
+#if defined(__x86_64__)
+  return "sse2";
+#elif defined(__aarch64__)
+  return "neon";
+#else
+  return "generic";
+#endif
+}
+
+int pr_simd_select(const char *name)
+{
+  const int l = name ? parse(name) : -1;
+  if (l < 0) return -1;
+  const int top = widest();
+  level = l < top ? l : top;
+  return level;
+}

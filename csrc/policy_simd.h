@@ -1,0 +1,42 @@
+/*
+ * policy_simd: which SIMD path the policy's kernels (policy_rollout.c,
+ * policy_update.c) take.
+ *
+ * The paths, widest first: "avx512" (x86-64-v4: 16 floats a register, 32
+ * registers), "avx2" (x86-64-v3: 8 floats, 16 registers), "baseline" (the
+ * architecture's own vectors of 4 floats: SSE2 on x86-64, NEON on aarch64)
+ * and "plain" (the unblocked loops every compiler vectorises as it can; the
+ * reference the others are checked against). Every path computes each output
+ * by the same float operations in the same order (no fused multiply-adds:
+ * the library is compiled with -ffp-contract=off), so all give the same bits.
+ *
+ * The widest path the CPU runs is taken, unless the environment variable
+ * GRPO_CTRL_SIMD names another; it is read once, when the library loads (or
+ * at the first kernel call where the compiler has no load-time hook). A path
+ * wider than the CPU runs is capped at the widest it does; a name that is
+ * none of the four stops the program with a one-line error and exit status 2.
+ */
+#ifndef POLICY_SIMD_H
+#define POLICY_SIMD_H
+
+#define PR_SIMD_PLAIN 0
+#define PR_SIMD_BASELINE 1
+#define PR_SIMD_AVX2 2
+#define PR_SIMD_AVX512 3
+
+/* The path in use: "avx512", "avx2", "baseline" or "plain". */
+const char *pr_simd_path(void);
+
+/* The paths this CPU and build can run, widest first, space-separated
+ * (e.g. "avx512 avx2 baseline plain"). */
+const char *pr_simd_paths(void);
+
+/* What "baseline" is on this architecture: "sse2", "neon" or "generic". */
+const char *pr_simd_baseline(void);
+
+/* Takes the path `name` (capped at the widest this CPU runs) from now on.
+ * Returns the PR_SIMD_* level taken, or -1 for an unknown name (nothing
+ * changes). For tests and benchmarks: not while another thread runs a kernel. */
+int pr_simd_select(const char *name);
+
+#endif /* POLICY_SIMD_H */
