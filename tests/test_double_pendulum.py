@@ -279,3 +279,71 @@ def test_drawn_plants_keep_a_positive_definite_mass_matrix():
     # an inertia about the joint far below the parallel-axis bound m2 r2^2 is refused
     with pytest.raises(ValueError, match="randomize ranges"):
         BatchSim("double_pendulum", 4, "acrobot", randomize=Randomization(scale={"I2": (0.3, 1.0)}))
+
+
+# ----------------------------------------------------------------- the score v2
+
+DATA = __import__("pathlib").Path(__file__).parent / "data" / "realaigym_double"
+
+
+def test_score_v2_of_a_hand_computed_trajectory():
+    from grpo_ctrl.realaigym_double import Trajectory, evaluate
+
+    # five samples 2.5 s apart over the 10 s a record must span
+    t = np.array([0.0, 2.5, 5.0, 7.5, 10.0])
+    q = np.array([[np.pi, 0], [np.pi / 2, 0], [0, 0], [0, 0], [np.pi, 0]])
+    qd = np.array([[0, 1], [1, 0], [0, 0], [2, 0], [0, 0]], dtype=float)
+    tau = np.array([1.0, -1.0, 2.0, 0.0, 3.0])  # on the shoulder (pendubot)
+    c = evaluate(Trajectory.of(t, q, qd, tau, actuated=0))
+    # up (end effector above 0.45 m) at samples 2 and 3; sample 4 never counts
+    assert c["success"] and c["swingup_time"] == 5.0
+    # |dq1 tau1| over the first four steps: pi/2 * 1 + pi/2 * 1 + 0 * 2 + pi * 0
+    assert c["energy"] == pytest.approx(np.pi)
+    assert c["tau_cost"] == pytest.approx((1 + 1 + 4 + 0) * 2.5)
+    # torque changes -2, 3, -2, 3: mean 1/2, every deviation 5/2
+    assert c["tau_smoothness"] == pytest.approx(2.5)
+    assert c["velocity_cost"] == pytest.approx((1 + 1 + 0 + 4) * 2.5)
+    want = 1 - (np.tanh(np.pi * 5 / 20) + np.tanh(np.pi * np.pi / 60) + np.tanh(np.pi * 15 / 20)
+                + np.tanh(np.pi * 2.5 / 0.1) + np.tanh(np.pi * 15 / 400)) / 5
+    assert c["score"] == pytest.approx(want, rel=1e-14)
+    # down at the second-last sample: no success, score 0, whatever came before
+    q_down = q.copy()
+    q_down[3] = [np.pi, 0]
+    c = evaluate(Trajectory.of(t, q_down, qd, tau, actuated=0))
+    assert not c["success"] and c["swingup_time"] == 10.0 and c["score"] == 0.0
+    # a record that stops before 9.9 s fails
+    c = evaluate(Trajectory.of(t * 0.98, q, qd, tau, actuated=0))
+    assert not c["success"] and c["score"] == 0.0
+    # the elbow's straight angle counts: the same shoulder, the elbow folded is not up
+    q_fold = q.copy()
+    q_fold[2:4, 1] = np.pi
+    assert not evaluate(Trajectory.of(t, q_fold, qd, tau, actuated=0))["success"]
+
+
+def test_score_reproduces_the_published_real_hardware_v2_entries():
+    from grpo_ctrl.realaigym_double import PUBLISHED_TOPS, evaluate, from_realaigym
+
+    # the leaderboard shows the best of the entry's experiments
+    pendubot = [evaluate(from_realaigym(p), "real_hardware")
+                for p in sorted(DATA.glob("pendubot_mcpilco_*.csv.gz"))]
+    assert len(pendubot) == 10 and all(c["success"] for c in pendubot)
+    assert PUBLISHED_TOPS[("pendubot", "real_hardware_v2")] == ("MC-PILCO", 0.598)
+    assert max(c["score"] for c in pendubot) == pytest.approx(0.598, abs=0.0005)  # 0.5976
+    acrobot = evaluate(from_realaigym(DATA / "acrobot_ilqr_tvlqr_lqr_06.csv.gz"), "real_hardware")
+    assert PUBLISHED_TOPS[("acrobot", "real_hardware_v2")] == ("iLQR-TVLQR", 0.592)
+    assert acrobot["score"] == pytest.approx(0.592, abs=0.0005)  # 0.5920
+
+
+def test_a_simulated_run_is_recorded_as_their_simulator_records_it():
+    from grpo_ctrl.realaigym_double import simulate
+
+    (tr,) = simulate(lambda obs: np.full(len(obs), 2.0), "acrobot")
+    assert tr.t.shape == (5000,) and tr.t[-1] == pytest.approx(9.998)
+    np.testing.assert_array_equal(tr.q[0], [np.pi, 0.0])
+    np.testing.assert_array_equal(tr.tau[:, 0], 0.0)  # the acrobot's shoulder is passive
+    np.testing.assert_array_equal(tr.tau[:, 1], 2.0)
+    # the record's states are the reference's after each step
+    q = np.zeros((1, 4))
+    for k in range(1, 50):
+        q = rk4(q, SIM_V2, np.array([[0.0, 2.0]]))
+        np.testing.assert_allclose(wrapped(tr.q[k] - from_theirs(q)[0, :2]), 0, atol=1e-13)
