@@ -104,6 +104,20 @@ SWINGUP = {
                                     energy_margin=0.02, region_level=10.0),
 }
 
+# ---------------------------------------------------------------- LQR
+# State and input weights of the LQR about upright where the task's reward is not a quadratic
+# cost (``baselines.lqr.task_weights``): the double pendulum's height reward. RealAIGym's own
+# LQR weights for design C.1 (data/controller_parameters/design_C.1/model_1.1/<robot>/lqr/
+# controller_par.csv), state order (theta1, theta2, theta1_dot, theta2_dot).
+_ACROBOT_LQR = dict(Q=(0.97, 0.93, 0.39, 0.26), R=0.11)
+_PENDUBOT_LQR = dict(Q=(1.92, 1.92, 0.3, 0.3), R=0.82)
+LQR_WEIGHTS = {
+    ("double_pendulum", "acrobot"): _ACROBOT_LQR,
+    ("double_pendulum", "acrobot-real"): _ACROBOT_LQR,
+    ("double_pendulum", "pendubot"): _PENDUBOT_LQR,
+    ("double_pendulum", "pendubot-real"): _PENDUBOT_LQR,
+}
+
 # ---------------------------------------------------------------- identification
 # Per plant (every preset of a plant shares its fit; docs/sysid.md): the parameters the fit
 # solves for, those it takes as known, and how it filters and refines.

@@ -11,6 +11,13 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.plant import resolve_plant
 
 BASELINES = ("lqr", "swingup-lqr")  # the names a user may give instead of a run
+# plants without an energy swing-up (the double pendulum's is not written): LQR only
+NO_SWINGUP = ("double_pendulum",)
+
+
+def available(system: str) -> tuple[str, ...]:
+    """The baselines a plant has."""
+    return ("lqr",) if system in NO_SWINGUP else BASELINES
 
 
 def make_controller(name: str, system: str, preset: str | None = None):

@@ -20,6 +20,7 @@ from torch import nn
 from grpo_ctrl.baselines import portable
 from grpo_ctrl.baselines.linearize import discrete_by_simulation, equilibrium
 from grpo_ctrl.plant import PlantSpec, plant_spec
+from grpo_ctrl.presets import LQR_WEIGHTS
 from grpo_ctrl.sim import BatchSim
 
 
@@ -76,8 +77,13 @@ def task_weights(sim: BatchSim) -> tuple[np.ndarray, np.ndarray]:
     then LQR is the task's own optimum near upright. A task without a
     quadratic cost (Gymnasium's CartPole, reward 1 per step alive) gets
     Bryson's rule: each state over its termination limit (1 where there is
-    none) and the input over its saturation, squared."""
+    none) and the input over its saturation, squared. A preset with LQR
+    weights of its own (``presets.LQR_WEIGHTS``: the double pendulum, whose
+    reward is the end effector's height) uses those."""
     m, nx = sim.model, sim.spec.nx
+    own = LQR_WEIGHTS.get((sim.system, sim.preset))
+    if own is not None:
+        return np.diag(np.asarray(own["Q"], dtype=float)), np.array([[float(own["R"])]])
     w_x = np.array([m.w_x[k] for k in range(nx)])
     if np.any(w_x > 0) and m.w_u > 0:
         return np.diag(w_x), np.array([[m.w_u]])
@@ -94,8 +100,9 @@ def design(system: str, preset: str | None = None) -> LQRDesign:
     v_c of zero speed, and a design that trusts it has almost no velocity
     feedback. The LQR treats it as the disturbance it is."""
     sim = BatchSim(system, 1, preset)
-    if "fc" in sim.spec.param_names:
-        sim.set_param("fc", 0.0)
+    for coulomb in ("fc", "cf1", "cf2"):  # the double pendulum's atan(100 v) likewise
+        if coulomb in sim.spec.param_names:
+            sim.set_param(coulomb, 0.0)
     x0, u0 = equilibrium(sim)
     A, B = discrete_by_simulation(sim, x0, u0)
     Q, R = task_weights(sim)

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import torch
 
-from grpo_ctrl.baselines import BASELINES, make_controller
+from grpo_ctrl.baselines import available, make_controller
 from grpo_ctrl.closed_loop import (BALANCE_TILT, STILL_TOL, UPRIGHT_TOL, evaluate,
                                    evaluate_on_gymnasium_pendulum, near_upright_start)
 from grpo_ctrl.errors import UserError
@@ -108,7 +108,7 @@ def build_report(episodes: int, seed: int, gymnasium: bool) -> str:
     tilted = f"up to {np.degrees(BALANCE_TILT):.0f} deg off upright"
     for system in systems():
         for preset in presets(system):
-            for name in BASELINES:
+            for name in available(system):
                 controller = make_controller(name, system, preset)
                 if name == "lqr":
                     designs.append((system, preset, controller.lqr))
