@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from grpo_ctrl._pendsim import ffi, lib
 from grpo_ctrl.grpo import GroupRollout, Trainer
 from grpo_ctrl.grpo_config import default_config
 from grpo_ctrl.policy import GaussianPolicy
@@ -186,3 +187,29 @@ def test_roll_policy_refuses_wrong_buffers():
     with pytest.raises(ValueError, match="params has 10 floats"):
         sim.roll_policy(net, params[:10].copy(), spread, raw, mu, z, reward, alive, last,
                         False, u_max=2.0)
+
+
+def test_every_simd_path_rolls_out_the_same_bits():
+    """The rollout on each SIMD path this CPU runs (csrc/policy_simd.h): the same means,
+    actions, observations and rewards, bit for bit (the kernels add each lane's products
+    in the same order, without fused multiply-adds)."""
+    paths = ffi.string(lib.pr_simd_paths()).decode().split()
+    start = ffi.string(lib.pr_simd_path())
+    T, B = 20, 256
+    p = _policy(3, 2.0, 32, 2, 64, seed=4)
+    spread = (np.random.default_rng(2).standard_normal((T, B)) * 0.5).astype(np.float32)
+    results = {}
+    try:
+        for path in paths:
+            assert lib.pr_simd_select(path.encode()) >= 0
+            sim = BatchSim("pendulum", B, seed=8)
+            raw, mu, z, reward, alive, last = _buffers(T, B, 3)
+            sim.observe()
+            sim.roll_policy(*p.c_mean_network(), spread, raw, mu, z, reward, alive, last, False,
+                            u_max=p.u_max, w_du=0.1)
+            results[path] = [a.tobytes() for a in (raw, mu, z, reward, alive, last)]
+    finally:
+        lib.pr_simd_select(start)
+    assert np.abs(np.frombuffer(results["plain"][1], np.float32)).max() > 0.5
+    for path in paths:
+        assert results[path] == results["plain"], path

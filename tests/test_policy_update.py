@@ -4,13 +4,20 @@ same policy and batch, against torch's ``clip_grad_norm_`` and ``clip_fractions`
 and a whole ``grpo_update`` with and without it."""
 import copy
 import math
+import os
+import shutil
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
+from grpo_ctrl._cdef import C_FLAGS
+from grpo_ctrl._pendsim import ffi, lib
 from grpo_ctrl.c_gradient import CGradient
 from grpo_ctrl.grpo import (Trainer, adam, aggregate_loss, clip_fractions, gaussian_log_prob,
                             grpo_update)
@@ -215,3 +222,109 @@ def test_one_policy_keeps_its_network_and_takes_each_batch():
     del policy, layer, c, c2
     gc.collect()
     assert alive() is None
+
+
+# --- SIMD paths (csrc/policy_simd.h) ---------------------------------------------------------
+
+CSRC = Path(__file__).resolve().parent.parent / "csrc"
+PATHS = ffi.string(lib.pr_simd_paths()).decode().split()
+
+
+@pytest.fixture
+def simd_path():
+    """Selects a SIMD path for the test; the one in use before comes back after it."""
+    start = ffi.string(lib.pr_simd_path())
+    yield lambda name: lib.pr_simd_select(name.encode())
+    lib.pr_simd_select(start)
+
+
+@pytest.mark.parametrize("nobs,hidden,layers,features,B,L,nrows", [
+    (3, 32, 2, 64, 256, 32, 128), (3, 17, 3, 0, 40, 13, 37), (6, 64, 2, 16, 30, 64, 30)])
+def test_every_simd_path_gives_the_same_gradient_bits(simd_path, nobs, hidden, layers, features,
+                                                      B, L, nrows):
+    """Each path adds each lane's products in the same order without fused multiply-adds,
+    so the gradients, loss and means agree bit for bit; the plain loops' against torch
+    autograd to float32 rounding."""
+    p = _policy(nobs, hidden, layers, features, seed=B)
+    batch = _batch(p, B, L, seed=1)
+    rows = torch.randperm(B, generator=torch.Generator().manual_seed(2))[:nrows]
+    results = {}
+    for path in PATHS:
+        assert simd_path(path) >= 0
+        assert ffi.string(lib.pr_simd_path()).decode() == path
+        p.zero_grad()
+        c = CGradient.of(p, CFG, batch)
+        stats = c.gradient(rows, "grpo", 0.2, 0.28, 0.0)
+        mu = c.mean(rows)
+        results[path] = ([t.grad.numpy().tobytes() for t in p.parameters()], stats,
+                         mu.numpy().tobytes())
+    for path in PATHS:
+        assert results[path] == results["plain"], path
+    simd_path("plain")
+    _, want, _, _, _ = _torch_gradient(p, batch, rows, "grpo", 0.2, 0.28)
+    p.zero_grad()
+    CGradient.of(p, CFG, batch).gradient(rows, "grpo", 0.2, 0.28, 0.0)
+    for got, ref in zip((t.grad for t in p.parameters()), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * float(ref.abs().max()) + 1e-7)
+
+
+def test_the_paths_a_cpu_runs_and_the_cap():
+    assert PATHS[-2:] == ["baseline", "plain"] and PATHS == sorted(
+        PATHS, key=["avx512", "avx2", "baseline", "plain"].index)
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":")[1].split())
+                break
+    assert ("avx512" in PATHS) == ({"avx512f", "avx512vl", "avx512bw", "avx512dq"} <= flags)
+    assert ("avx2" in PATHS) == ({"avx2", "fma", "bmi1", "bmi2"} <= flags)
+    assert ffi.string(lib.pr_simd_path()).decode() in PATHS
+    assert lib.pr_simd_select(b"avx 512") == -1 and lib.pr_simd_select(ffi.NULL) == -1
+
+
+@pytest.mark.parametrize("value,want", [("avx512", 0), ("avx2", 1), ("baseline", 2),
+                                        ("plain", 3), ("", 0)])
+def test_grpo_ctrl_simd_picks_the_path_capped_at_the_cpu(value, want):
+    """The environment variable, read when the library loads: a path, capped at the widest
+    the CPU runs (PATHS, widest first), or unset/empty: the widest."""
+    env = dict(os.environ, GRPO_CTRL_SIMD=value)
+    r = subprocess.run([sys.executable, "-c", "from grpo_ctrl._pendsim import ffi, lib; "
+                        "print(ffi.string(lib.pr_simd_path()).decode())"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    names = ["avx512", "avx2", "baseline", "plain"]
+    assert r.stdout.strip() == max(PATHS[0], names[want], key=names.index)
+
+
+def test_a_bad_grpo_ctrl_simd_is_a_one_line_error():
+    env = dict(os.environ, GRPO_CTRL_SIMD="avx3")
+    r = subprocess.run([sys.executable, "-c", "import grpo_ctrl._pendsim"], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"error: GRPO_CTRL_SIMD=avx3 is not a SIMD path; this CPU runs: {' '.join(PATHS)}"]
+
+
+def test_check_kernels_every_path_against_plain_and_a_double_reference(tmp_path):
+    """csrc/check_kernels.c, built with the extension's flags: the mean and the gradient on
+    networks of the default's and of odd shapes, each path's bits against the plain loops',
+    the plain loops within 1e-5 (mean) and 1e-4 (gradient) of the largest value of a double
+    reference."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler is needed"
+    exe = tmp_path / "check_kernels"
+    subprocess.run([cc, *C_FLAGS, "-pedantic", "-Werror", f"-I{CSRC}",
+                    *(str(CSRC / f) for f in ("check_kernels.c", "pendsim.c", "plants.c",
+                                              "policy_rollout.c", "policy_update.c",
+                                              "policy_simd.c")), "-lm", "-o", str(exe)],
+                   check=True)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[0].startswith(f"paths: {' '.join(PATHS)} ")
+    assert r.stdout.splitlines()[-1].startswith("ok ") and int(r.stdout.split()[-1]) > 50_000
+    digests = {}
+    for line in r.stdout.splitlines()[1:-1]:
+        net, path, digest = line.rsplit(" ", 2)
+        digests.setdefault(net, set()).add(digest)
+    assert len(digests) == 5 and all(len(d) == 1 for d in digests.values())
