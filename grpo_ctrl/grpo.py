@@ -202,8 +202,8 @@ class GroupRollout:
         queries = np.arange(n)
         sim = self.pool.branch(queries, g, out=self.group)
         log_std = policy.log_std.detach()
-        raw, z, mu, rewards, alive = self._roll(policy, sim, self.exploration.spread(log_std,
-                                                                                     gen))
+        spread = self.exploration.spread(log_std, gen)
+        raw, z, mu, rewards, alive = self._roll(policy, sim, spread)
         self.sim_steps += B * H * cfg.action_repeat
         # 2. returns: one product, not H vector steps (0.15 ms)
         returns = (self.discounts @ rewards).reshape(n, g)

@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from grpo_ctrl.grpo_config import default_config
+from grpo_ctrl.plant import presets, systems
 from grpo_ctrl.train import train
 
 ITERATIONS = 150
@@ -40,7 +41,8 @@ EXPECTED = {
 }
 # torch's AVX2 kernels give these small networks the same bits (measured on the machine above)
 EXPECTED["AVX2"] = dict(EXPECTED["AVX512"])
-PRESETS = list(EXPECTED["AVX512"])
+# every preset the simulator has; one without a recorded hash skips, naming itself
+PRESETS = [(system, preset) for system in systems() for preset in presets(system)]
 
 
 def weights_hash(system: str, preset: str, overlap: bool = False,
@@ -67,7 +69,10 @@ def _expected(capability: str) -> dict:
 
 @pytest.mark.parametrize("system, preset", PRESETS)
 def test_the_defaults_train_to_the_recorded_weights(system, preset):
-    want = _expected(torch.backends.cpu.get_cpu_capability())[(system, preset)]
+    want = _expected(torch.backends.cpu.get_cpu_capability()).get((system, preset))
+    if want is None:
+        pytest.skip(f"no weight hash recorded for {system}/{preset}: record "
+                    f"weights_hash({system!r}, {preset!r}) in EXPECTED")
     assert weights_hash(system, preset) == want
 
 
