@@ -18,6 +18,8 @@ from dataclasses import replace
 
 import torch
 
+from grpo_ctrl._pendsim import ffi, lib
+from grpo_ctrl.bench_cli import cpu_model
 from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import default_config
 
@@ -35,17 +37,36 @@ def main(argv=None) -> int:
                    help="GRPOConfig overrides, e.g. 'hidden = 64, minibatches = 4'")
     p.add_argument("--iterations", type=int, default=300, help="per arm, warm-up included")
     p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--simd", default="", help="comma-separated SIMD paths to run each arm on too "
+                   "(avx512, avx2, baseline, plain; capped at the CPU's)")
     args = p.parse_args(argv)
+    start = ffi.string(lib.pr_simd_path()).decode()
+    paths = [start]
+    for name in filter(None, args.simd.split(",")):
+        if lib.pr_simd_select(name.encode()) < 0:
+            p.error(f"--simd: {name!r} is not a SIMD path; this CPU runs: "
+                    f"{ffi.string(lib.pr_simd_paths()).decode()}")
+        taken = ffi.string(lib.pr_simd_path()).decode()
+        if taken not in paths:
+            paths.append(taken)
+    lib.pr_simd_select(start.encode())
     torch.set_num_threads(1)
     base = replace(default_config(args.system, args.preset), overlap=False, time_budget=0.0,
                    eval_every=1e9)
-    arms = {"default": Trainer(base, args.system, args.preset)}
+    configs = {"default": base}
     for arm in args.arm:
-        arms[arm] = Trainer(replace(base, **tomllib.loads(f"arm = {{{arm}}}")["arm"]),
-                            args.system, args.preset)
+        configs[arm] = replace(base, **tomllib.loads(f"arm = {{{arm}}}")["arm"])
+    arms = {}  # name -> (SIMD path, Trainer)
+    for path in paths:
+        for name, cfg in configs.items():
+            label = name if path == start else f"{name} @ {path}"
+            arms[label] = (path, Trainer(cfg, args.system, args.preset))
     seconds = {name: ([], []) for name in arms}
+    print(f"CPU: {cpu_model()}; SIMD path in use: {start}; torch {torch.__version__} "
+          f"{torch.backends.cpu.get_cpu_capability()}")
     for i in range(args.iterations):
-        for name, trainer in arms.items():
+        for name, (path, trainer) in arms.items():
+            lib.pr_simd_select(path.encode())
             m = trainer.step()
             if i >= args.warmup:
                 seconds[name][0].append(m["rollout_s"])

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "policy_dense.h"
 #include "policy_targets.h"
 
 static const char *const NAMES[] = {"plain", "baseline", "avx2", "avx512"};
@@ -87,4 +88,12 @@ int pr_simd_select(const char *name)
   const int top = widest();
   level = l < top ? l : top;
   return level;
+}
+
+int pr_simd_product(int S, int nin, int nout, const float *W, const float *in, float *out)
+{
+  static const float zeros[1024];
+  if (S < TILE || S % TILE || nin < 1 || nout < 1 || nout > 1024 || !W || !in || !out) return -1;
+  dense(S, nin, nout, W, zeros, in, out, ACT_NONE);
+  return 0;
 }

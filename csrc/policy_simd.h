@@ -39,4 +39,10 @@ const char *pr_simd_baseline(void);
  * changes). For tests and benchmarks: not while another thread runs a kernel. */
 int pr_simd_select(const char *name);
 
+/* out [nout x S] = W [nout x nin] in [nin x S] (row-major; S a multiple of 16): one
+ * layer's matrix product, without bias or activation, on the path in use, for
+ * benchmarks against a BLAS at the network's shapes (benchmarks/bench_kernels.py).
+ * Returns 0, or -1 for sizes out of range. */
+int pr_simd_product(int S, int nin, int nout, const float *W, const float *in, float *out);
+
 #endif /* POLICY_SIMD_H */

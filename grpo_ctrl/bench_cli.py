@@ -8,6 +8,7 @@ Arguments after NAME go to the benchmark unchanged
 from __future__ import annotations
 
 import argparse
+import platform
 import runpy
 import sys
 from pathlib import Path
@@ -16,6 +17,28 @@ import grpo_ctrl
 from grpo_ctrl.errors import UserError
 
 BENCHMARKS_DIR = Path(grpo_ctrl.__file__).resolve().parent.parent / "benchmarks"
+
+
+def cpu_model() -> str:
+    """The CPU's model name with its family and model (x86) or implementer and part (ARM),
+    the machine, and the widest SIMD path the policy's C kernels take on it
+    (csrc/policy_simd.h): what every timing the benchmarks print is to be read with."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    name = info.get("model name") or info.get("Hardware") or platform.processor() or "unknown CPU"
+    if "cpu family" in info:
+        name += f" (family {info['cpu family']} model {info.get('model', '?')})"
+    elif "CPU implementer" in info:
+        name += f" (implementer {info['CPU implementer']} part {info.get('CPU part', '?')})"
+    from grpo_ctrl._pendsim import ffi, lib
+    widest = ffi.string(lib.pr_simd_paths()).decode().split()[0]
+    return f"{name}, {platform.machine()}, widest SIMD path {widest}"
 
 
 def available() -> list[str]:
