@@ -328,3 +328,23 @@ def test_check_kernels_every_path_against_plain_and_a_double_reference(tmp_path)
         net, path, digest = line.rsplit(" ", 2)
         digests.setdefault(net, set()).add(digest)
     assert len(digests) == 5 and all(len(d) == 1 for d in digests.values())
+
+
+def test_bench_kernels_times_every_path_and_the_libraries():
+    """grpo-ctrl bench kernels, one short round: the CPU, its paths, a row per path (whole
+    network and products only) and the library rows; a bad option is one line, exit 2."""
+    cli = [sys.executable, "-m", "grpo_ctrl.cli", "bench", "kernels"]
+    r = subprocess.run(cli + ["--rounds", "1", "--seconds", "0.002"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("CPU: ") and f"widest SIMD path {PATHS[0]}" in lines[0]
+    assert lines[1].startswith(f"SIMD paths this CPU runs: {' '.join(PATHS)} ")
+    rows = {line[:40].strip(): line[40:].split() for line in lines[5:]}
+    for path in PATHS:
+        assert float(rows[f"C {path}"][0]) > 0 and float(rows[f"C {path}"][2]) > 0
+        assert float(rows[f"C {path}, products only"][0]) > 0
+    assert rows[f"C {PATHS[0]}"][1] == "1.00"
+    assert float(rows["torch mm (products only)"][2]) > 0
+    bad = subprocess.run(cli + ["--rounds", "0"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
