@@ -7,6 +7,18 @@
 #define LATENCY_UNKNOWN 0xFFFFFFFFu
 #define WATCHDOG_MAX_US 10000000u  /* 10 s */
 #define TWO_PI 6.2831853f
+/* Out of line, for code size on AVR (where the Uno's sketch, linked with
+ * LTO, must leave room for a policy): a function with a large local (a
+ * payload struct) inlined into a large caller makes the caller's frame larger
+ * than one AVR displacement reaches (63 bytes), and each access beyond costs
+ * two more instructions (send_info: ~300 bytes in fw_receive at -Os); and LTO
+ * would otherwise inline fw_receive and fw_tick into the sketch's one loop,
+ * with the same effect (~300 bytes). No effect on behaviour. */
+#if defined(__GNUC__)
+#define FW_NOINLINE __attribute__((noinline))
+#else
+#define FW_NOINLINE
+#endif
 
 /* [two periods, 10 s]; 0 means two periods. One period would trip on the
  * first command that arrives a microsecond late. */
@@ -69,6 +81,10 @@ void fw_init(fw_device *d, const fw_config *cfg, const fw_hw *hw)
 }
 
 /* ---------------------------------------------------------------- output */
+/* One more of STATUS counter `which` (a function: on AVR an inline 32-bit
+ * increment of a field is 20 to 40 bytes, nine of them ~240 bytes under LTO) */
+static FW_NOINLINE void count(fw_device *d, uint8_t which) { FW_COUNTER(d, which)++; }
+
 /* position i of the ring (i < 2 FW_TX_BUF), without a division */
 static uint16_t ring(uint16_t i) { return i < FW_TX_BUF ? i : (uint16_t)(i - FW_TX_BUF); }
 
@@ -130,17 +146,16 @@ static void send(fw_device *d, uint8_t type, uint8_t len)
 {
   const uint8_t n = (uint8_t)proto_encode_in_place(d->tx_wire, type, d->tx_seq++, len);
   const uint8_t is_state = type == MSG_STATE;
-  FW_COUNTER(d, COUNTER_TX_FRAMES)++;
+  count(d, COUNTER_TX_FRAMES);
   while (d->tx_bytes + n > FW_TX_BUF || d->tx_frames_queued == FW_TX_FRAMES) {
     uint8_t k = d->tx_sent ? 1 : 0;
     while (k < d->tx_frames_queued && !d->tx_is_state[k]) ++k;
     if (k == d->tx_frames_queued) {  /* no STATE to give up */
-      if (is_state) FW_COUNTER(d, COUNTER_TX_DROPPED_STATES)++;
-      else FW_COUNTER(d, COUNTER_TX_DROPPED_REPLIES)++;
+      count(d, is_state ? COUNTER_TX_DROPPED_STATES : COUNTER_TX_DROPPED_REPLIES);
       return;
     }
     tx_remove(d, k);
-    FW_COUNTER(d, COUNTER_TX_DROPPED_STATES)++;
+    count(d, COUNTER_TX_DROPPED_STATES);
   }
   /* into the ring in at most two pieces (where it wraps) */
   const uint16_t at = ring((uint16_t)(d->tx_head + d->tx_bytes));
@@ -176,7 +191,7 @@ static void send_status(fw_device *d, uint8_t type)
   send(d, type, proto_pack_status(&s, TX_PAYLOAD(d)));
 }
 
-static void send_info(fw_device *d)
+static FW_NOINLINE void send_info(fw_device *d)
 {
   proto_info i;
   memset(&i, 0, sizeof i);
@@ -214,7 +229,7 @@ static void enter_fault(fw_device *d, uint8_t fault)
   stop_actuator(d);
   d->mode = MODE_FAULT;
   d->fault = fault;
-  if (fault == FAULT_WATCHDOG) FW_COUNTER(d, COUNTER_WATCHDOG_TRIPS)++;
+  if (fault == FAULT_WATCHDOG) count(d, COUNTER_WATCHDOG_TRIPS);
   send_status(d, MSG_FAULT);
 }
 
@@ -299,12 +314,12 @@ static uint8_t param_set(fw_device *d, uint16_t id, float v)
 }
 
 /* ---------------------------------------------------------------- input */
-static void on_command(fw_device *d, const proto_frame *f, uint64_t now)
+static void on_command(fw_device *d, const proto_frame *f, uint32_t now)
 {
   proto_command c;
   if (proto_unpack_command(f->payload, f->len, &c) != 0) return;
   if (d->mode != MODE_ARMED) {
-    FW_COUNTER(d, COUNTER_IGNORED_COMMANDS)++;
+    count(d, COUNTER_IGNORED_COMMANDS);
     return;
   }
   /* only a command newer than the last accepted one (by frame seq, modulo
@@ -312,22 +327,24 @@ static void on_command(fw_device *d, const proto_frame *f, uint64_t now)
    * frame neither applies nor feeds the watchdog */
   /* and only one that answers a STATE this device sent: its echoed time is
    * not after the newest STATE's (modulo 2^32, at most 2^31 - 1 before) and,
-   * taken as that many us before the newest STATE, not before start-up */
-  const uint32_t before_newest = (uint32_t)d->prev_t_us - c.state_t_us;
+   * taken as that many us before the newest STATE (info: the one 64-bit
+   * step), not before start-up (info did not wrap) */
+  const uint64_t newest = d->prev_t_us;
+  const uint32_t before_newest = (uint32_t)newest - c.state_t_us;
+  const uint64_t info = newest - before_newest;
   if ((d->have_cmd_seq && (uint32_t)(f->seq - d->last_cmd_seq - 1u) >= 0x7FFFFFFFu) ||
-      !d->have_prev || before_newest >= 0x80000000u || before_newest > d->prev_t_us) {
-    FW_COUNTER(d, COUNTER_STALE_COMMANDS)++;
+      !d->have_prev || before_newest >= 0x80000000u || info > newest) {
+    count(d, COUNTER_STALE_COMMANDS);
     return;
   }
   d->have_cmd_seq = 1;
   d->last_cmd_seq = f->seq;
   /* the watchdog counts from the time of the STATE answered (PROTOCOL.md),
-   * in 64 bits: the echoed low 32 bits placed at most 2^31 - 1 us before the
-   * newest STATE */
-  d->info_t_us = d->prev_t_us - before_newest;
+   * in 64 bits as placed above */
+  d->info_t_us = info;
   /* latency: this arrival minus the time of the STATE answered, as the
    * command echoes it (low 32 bits, modulo 2^32) */
-  uint32_t latency = (uint32_t)now - c.state_t_us;
+  uint32_t latency = now - c.state_t_us;
   if (latency == LATENCY_UNKNOWN) latency--;
   if (d->rx_latency_max_us == LATENCY_UNKNOWN || latency > d->rx_latency_max_us)
     d->rx_latency_max_us = latency;
@@ -346,7 +363,7 @@ static void on_frame(fw_device *d, const proto_frame *f)
 {
   const uint64_t now = d->hw.micros(d->hw.ctx);
   switch (f->type) {
-  case MSG_COMMAND: on_command(d, f, now); break;
+  case MSG_COMMAND: on_command(d, f, (uint32_t)now); break;
   case MSG_HELLO:
     if (f->payload[0] == PROTO_VERSION) send_info(d);
     else send_ack(d, f, RESULT_BAD_REQUEST);  /* a host of another version */
@@ -391,7 +408,7 @@ static void on_frame(fw_device *d, const proto_frame *f)
   }
 }
 
-void fw_receive(fw_device *d, const uint8_t *bytes, size_t n)
+FW_NOINLINE void fw_receive(fw_device *d, const uint8_t *bytes, size_t n)
 {
   for (size_t i = 0; i < n; ++i)
     if (proto_decoder_push(&d->rx, bytes[i], &d->rx_frame)) on_frame(d, &d->rx_frame);
@@ -468,7 +485,7 @@ static void apply_host_command(fw_device *d)
   } else {
     d->applied_flags &= (uint8_t)~FLAG_FRESH;  /* holding the last command */
   }
-  if (!(d->applied_flags & FLAG_FRESH)) FW_COUNTER(d, COUNTER_STALE_TICKS)++;
+  if (!(d->applied_flags & FLAG_FRESH)) count(d, COUNTER_STALE_TICKS);
 }
 
 /* The command for this tick in CONTROL_ON_DEVICE: the linked controller's. */
@@ -487,7 +504,7 @@ static void apply_device_command(fw_device *d)
   d->applied_flags = (uint8_t)(FLAG_FRESH | FLAG_ON_DEVICE | (clamped ? FLAG_CLAMPED : 0));
 }
 
-void fw_tick(fw_device *d, uint32_t due_us)
+FW_NOINLINE void fw_tick(fw_device *d, uint32_t due_us)
 {
   const uint64_t now = d->hw.micros(d->hw.ctx);
   int32_t counts[PROTO_MAX_CHANNELS] = {0};
@@ -515,7 +532,7 @@ void fw_tick(fw_device *d, uint32_t due_us)
   uint32_t late_us = (uint32_t)now - due_us;  /* modulo 2^32; a due time ahead: on time */
   if (late_us >= 0x80000000u) late_us = 0;
   const uint8_t late = late_us >= d->cfg.period_us;
-  if (late) FW_COUNTER(d, COUNTER_LATE_TICKS)++;
+  if (late) count(d, COUNTER_LATE_TICKS);
 
   if (d->mode == MODE_ARMED) {
     const uint8_t limit = limit_fault(d);
