@@ -19,6 +19,7 @@ from grpo_ctrl.export import metadata, onnx_version
 from grpo_ctrl.export.c_build import CPolicy, check_c, compile_shared, host_cc
 from grpo_ctrl.export.c_codegen import generate_c, write_c
 from grpo_ctrl.export.onnx_export import export_onnx, to_onnx
+from grpo_ctrl.baselines import available
 from grpo_ctrl.baselines.portable import atan2, dot, quadratic_form
 from grpo_ctrl.export.session import PolicySession
 from grpo_ctrl.export.verify import TOLERANCE, operating_observations, operating_states, verify
@@ -184,7 +185,7 @@ def test_operating_observations_cover_the_circle_and_the_ranges(system, preset):
     assert obs.dtype == np.float32 and obs.shape == (10_000, sim.spec.nobs)
     names = list(sim.spec.obs_names)
     for k, name in enumerate(sim.spec.state_names):
-        if name in ("theta", "alpha"):
+        if sim.spec.angles[k]:
             # cos/sin pairs on the unit circle, every quadrant visited
             c, s = obs[:, names.index(f"cos_{name}")], obs[:, names.index(f"sin_{name}")]
             np.testing.assert_allclose(c * c + s * s, 1.0, atol=1e-6)
@@ -345,8 +346,8 @@ def test_trained_grpo_run_round_trip_and_provenance(trained_run, tmp_path, capsy
         assert "q15 (hidden layers in 16-bit fixed point)" in (tmp_path / "q" / "policy.h").read_text()
 
 
-@pytest.mark.parametrize("system,preset", PLANTS)
-@pytest.mark.parametrize("name", ["lqr", "swingup-lqr"])
+@pytest.mark.parametrize("name,system,preset",
+                         [(name, s, p) for s, p in PLANTS for name in available(s)])
 def test_baseline_round_trip(name, system, preset, tmp_path):
     from grpo_ctrl.baselines import make_controller
 
