@@ -29,14 +29,17 @@ BALANCE_PRESETS = [(s, p) for s, p in ALL_PRESETS if s != "double_pendulum"]
 @pytest.mark.parametrize("preset", ["gym", "rig"])
 def test_finite_difference_jacobian_matches_the_analytic_one_for_the_pendulum(preset):
     sim = BatchSim("pendulum", 1, preset)
-    g, m, l, b, fc = sim.get_state()["param"][0]
+    p = dict(zip(sim.spec.param_names, sim.get_state()["param"][0]))
+    g, m, l, b, fc = (p[k] for k in ("g", "m", "l", "b", "fc"))
+    # a uniform rod unless the plant says otherwise: centre of mass at l/2, inertia m l^2/3
+    lc, inertia = p.get("com", 0.5) * l, p.get("inertia", 1.0 / 3.0) * m * l * l
     vc = sim.model.coulomb_vc
     x0, u0 = np.array([0.7, 0.004]), 0.03  # off equilibrium, inside the Coulomb layer
     A, B = linearize(sim, x0, u0)
     sech2 = 1.0 / np.cosh(x0[1] / vc) ** 2
     A_exact = np.array([[0.0, 1.0],
-                        [1.5 * g / l * np.cos(x0[0]), -3.0 / (m * l * l) * (b + fc / vc * sech2)]])
-    B_exact = np.array([[0.0], [3.0 / (m * l * l)]])
+                        [m * g * lc / inertia * np.cos(x0[0]), -(b + fc / vc * sech2) / inertia]])
+    B_exact = np.array([[0.0], [1.0 / inertia]])
     np.testing.assert_allclose(A, A_exact, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(B, B_exact, rtol=1e-8)
 
