@@ -30,7 +30,7 @@ LAYERS = [
                                             "grpo_ctrl.gym_env"]),
     ("controller contract and evaluation", ["grpo_ctrl.controller", "grpo_ctrl.closed_loop",
                                             "grpo_ctrl.robustness", "grpo_ctrl.heldout",
-                                            "grpo_ctrl.realaigym_double"]),
+                                            "grpo_ctrl.realaigym", "grpo_ctrl.realaigym_double"]),
     ("training", ["grpo_ctrl.grpo_config", "grpo_ctrl.distributed", "grpo_ctrl.grpo",
                   "grpo_ctrl.c_gradient",
                   "grpo_ctrl.overlap", "grpo_ctrl.trust_region", "grpo_ctrl.train",
@@ -186,12 +186,25 @@ def restated_equations(source: str) -> list[str]:
     return found
 
 
+# kept on purpose, each with its reason: (file, function or class) -> why
+RESTATED_ON_PURPOSE = {
+    ("grpo_ctrl/realaigym.py", "EnergyShapingLQR"):
+        "RealAIGym's published energy-shaping entry, reproduced with its own energy formula",
+    ("grpo_ctrl/realaigym.py", "ILQRTVLQR"):
+        "RealAIGym's published iLQR entry plans on its own model (atan friction), not ours",
+}
+
+
 def test_no_plant_equation_is_restated_outside_c():
-    offenders = [f"{path.relative_to(ROOT)}: {hit}"
-                 for path in sorted(p for folder in EQUATION_FOLDERS
-                                    for p in (ROOT / folder).rglob("*.py"))
-                 for hit in restated_equations(path.read_text())]
+    found = {(str(path.relative_to(ROOT)), hit.split(" ")[0]): hit
+             for path in sorted(p for folder in EQUATION_FOLDERS
+                                for p in (ROOT / folder).rglob("*.py"))
+             for hit in restated_equations(path.read_text())}
+    offenders = [f"{where[0]}: {hit}" for where, hit in found.items()
+                 if where not in RESTATED_ON_PURPOSE]
     assert not offenders, offenders
+    stale = [where for where in RESTATED_ON_PURPOSE if where not in found]
+    assert not stale, f"{stale} no longer restate an equation: drop them from RESTATED_ON_PURPOSE"
 
 
 # the least squares sysid once wrote (tag research-2026-12, grpo_ctrl/sysid.py:331-343)
