@@ -153,8 +153,7 @@ def simulate(policy, n: int = 1, steps: int = 1000, x0=None, params: dict | None
         policy.reset(n)
     obs = sim.observe()
     dt = sim.spec.dt
-    T = np.zeros((steps, n)); Q = np.zeros((steps, n)); QD = np.zeros((steps, n))
-    U = np.zeros((steps, n))
+    T, Q, QD, U = (np.zeros((steps, n)) for _ in range(4))
     reached = np.zeros(n, bool)
     for k in range(steps):
         x = sim.get_state()["x"]
@@ -216,7 +215,7 @@ class EnergyShapingLQR:
     def __call__(self, obs, x, t):
         p = self.p
         q, qd = x[:, 0] - np.pi, x[:, 1]
-        dq = np.mod(q - np.pi + np.pi, 2 * np.pi) - np.pi
+        dq = np.mod(q, 2 * np.pi) - np.pi  # q - pi wrapped to [-pi, pi)
         u_lqr = -(self.K[0] * dq + self.K[1] * qd) + np.sign(qd) * p["fc"]
         energy = 0.5 * p["m"] * (p["l"] * qd) ** 2 + p["m"] * p["g"] * p["l"] * (1 - np.cos(q))
         target = 2.0 * p["m"] * p["g"] * p["l"]
@@ -263,6 +262,7 @@ def robustness(policy, runs: int = 100, seed: int = 0) -> RobustnessResult:
     robust = _reach(policy, runs, steps=steps, disturbance=disturbance).mean()
 
     nominal = plant_constants()
+
     def modified(value):
         return (value + rng.uniform(0, 0.1, runs)) * (rng.uniform(0, 1, runs) * 1.0 + 0.5)
     m, l = modified(nominal["m"]), modified(nominal["l"])
@@ -364,7 +364,7 @@ class ILQRTVLQR:
 
         xs, us, jac = rollout(us)
         total, regu = cost(xs, us), 100.0
-        self.trace = []
+        self.trace = []  # (cost, regulariser, expected reduction) of every iteration
         for _ in range(iterations):
             Vx = np.array([2000 * (xs[-1, 0] - goal + eps), 2 * (xs[-1, 1] + eps)])
             Vxx = np.diag([2000.0, 2.0])
@@ -419,7 +419,7 @@ class ILQRTVLQR:
     def __call__(self, obs, x, t):
         p = self.p
         q, qd = x[:, 0] - np.pi, x[:, 1]
-        dq_up = np.mod(q - np.pi + np.pi, 2 * np.pi) - np.pi
+        dq_up = np.mod(q, 2 * np.pi) - np.pi  # q - pi wrapped to [-pi, pi)
         self.upright |= (np.abs(dq_up) < 0.1) & (np.abs(qd) < 0.1)
         u_up = -(self.K_up[0] * dq_up + self.K_up[1] * qd) + np.sign(qd) * p["fc"]
         n = int(round(t / self.dt))
@@ -455,7 +455,8 @@ def score_table(controllers: dict, references: bool = True) -> str:
     width = max(12, *(len(n) + 2 for n in columns))
     lines = [f"RealAIGym torque-limited simple pendulum ({SYSTEM}/{PRESET}): one run from "
              "hanging at rest, 10 s",
-             f"{'criterion':<26}{'weight':>7}{'norm':>7}" + "".join(f"{n:>{width}}" for n in columns)]
+             f"{'criterion':<26}{'weight':>7}{'norm':>7}"
+             + "".join(f"{n:>{width}}" for n in columns)]
     for k in CRITERIA:
         lines.append(f"{k + ' [' + UNITS[k] + ']':<26}{WEIGHTS[k]:>7.1f}{NORMALISERS[k]:>7g}"
                      + "".join(f"{c[k]:>{width}.3f}" for c, _ in columns.values()))
