@@ -9,7 +9,9 @@ the deployed controller. Success: never terminated, and upright and still at
 the end (``grpo_ctrl.closed_loop.upright_and_still``). Smoothness:
 mean |du| / u_max per step, and the share of steps where du changes sign.
 ``--robustness`` runs the robustness benchmark (``grpo_ctrl.robustness``) on
-one or more runs and baselines of one plant, in one table.
+one or more runs and baselines of one plant, in one table. ``--score realaigym``
+and ``--robustness realaigym`` score pendulum/realaigym controllers as RealAIGym's
+leaderboards do (``grpo_ctrl.realaigym``, docs/realaigym.md).
 """
 from __future__ import annotations
 
