@@ -1,7 +1,8 @@
 /*
  * policy_dense: the arithmetic the policy's network shares between the
  * rollout (policy_rollout.c) and the update's gradient (policy_update.c).
- * Internal: included by those two files only, never by Python's cdef.
+ * Internal: included by those two files and policy_simd.c (pr_simd_product)
+ * only, never by Python's cdef.
  *
  * Activations are structure-of-arrays: unit i of sample b at [i * S + b],
  * S a multiple of TILE, so every layer is a batch of axpys that vectorise.
@@ -169,7 +170,8 @@ static void grad_acc_plain(int S, int nin, int nout, const float *dy, const floa
 typedef float pr_vec4 __attribute__((vector_size(16), aligned(4), may_alias));
 
 /* baseline: vectors of 4 floats; 6 x 4 accumulators and 4 x 4 in NEON's 32
- * registers; on SSE2's 16, 4 x 4 and 2 x 4 (the fastest of 6 x 2, 4 x 2, 4 x 4 and
+ * registers (chosen to fill them, not measured: no aarch64 machine was at hand, and
+ * times under qemu mean nothing); on SSE2's 16, 4 x 4 and 2 x 4 (the fastest of 6 x 2, 4 x 2, 4 x 4 and
  * 8 x 1 for dense, 3 x 3, 2 x 2, 2 x 4 and 4 x 2 for grad_acc, in the update) */
 #define K_NAME(f) f##_base
 #define K_ATTR PR_UNUSED
