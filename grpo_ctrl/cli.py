@@ -18,7 +18,7 @@ COMMANDS = {
     "demo": ("grpo_ctrl.demo", "train, export, serve the HIL pendulum and run the loop: the whole chain"),
     "train": ("grpo_ctrl.train", "train a controller with GRPO"),
     "eval": ("grpo_ctrl.cli_eval", "evaluate a trained run or a baseline controller"),
-    "replay": ("grpo_ctrl.render", "draw a rig's run from its telemetry (grpo-ctrl run --log) as a GIF or MP4"),
+    "replay": ("grpo_ctrl.cli_video", "draw a rig's run from its telemetry (grpo-ctrl run --log) as a GIF or MP4"),
     "baselines": ("grpo_ctrl.baselines.report", "tabulate the classic controllers on every plant"),
     "export": ("grpo_ctrl.export.cli_export", "export a controller to ONNX and/or C"),
     "inspect": ("grpo_ctrl.export.cli_inspect", "print the metadata of an exported ONNX controller"),

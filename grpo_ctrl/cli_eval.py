@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from grpo_ctrl import render
+from grpo_ctrl import cli_video, render
 from grpo_ctrl.baselines import BASELINES
 from grpo_ctrl.closed_loop import evaluate_on_gymnasium_pendulum, summarise
 from grpo_ctrl.controller import OPTIMUM, load_controller
@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--episodes per grid point (default 20), 10x that in the realistic row")
     p.add_argument("--out", help="folder for the robustness table, JSON and PNG (default: the "
                                  "first run's folder, else robustness-SYSTEM-PRESET)")
-    render.add_eval_arguments(p)
+    cli_video.add_eval_arguments(p)
 
 
 def column_names(runs: list[str]) -> list[str]:
@@ -174,5 +174,5 @@ def run(args) -> int:
         print(f"  {args.against} on the same episodes: {o.mean:.2f} (s.e. {o.se:.2f}); "
               f"{name} - {args.against} (paired): {format_difference(result.minus(o))}")
     if args.video:
-        render.eval_video(controller, name, args)
+        cli_video.eval_video(controller, name, args)
     return 0

@@ -45,11 +45,11 @@ def _controller(args, out: Path):
     from grpo_ctrl.train import train
     cfg = default_config(args.system, args.preset)
     # an iteration budget, not seconds: on a busy machine a time budget trains
-    # less, and the demo's policy then fails to swing up (issue 10)
+    # less, and the demo's policy then fails to swing up
     cfg.iterations, cfg.time_budget, cfg.seed = args.iterations, args.budget, args.seed
     if (args.system, args.preset) == ("pendulum", "gym"):
         # the raw observation and the larger step: Fourier features pay off over thousands
-        # of iterations (docs/grpo.md §9, eighth pass); in the demo's 250 the plain network
+        # of iterations (docs/research.md §10); in the demo's 250 the plain network
         # gets further, and with them the HIL pendulum was not upright after 4 s at 250, 400
         # and 800 iterations on 3, 2 and 1 seeds of 3
         cfg.features, cfg.lr = 0, 2e-3

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from grpo_ctrl import render
+from grpo_ctrl import cli_video, render
 from grpo_ctrl.firmware_bridge.telemetry import read_telemetry
 from grpo_ctrl.plant import plant_spec
 
@@ -66,7 +66,7 @@ def test_frames_draw_the_states_the_simulator_recorded():
     from grpo_ctrl.sim import BatchSim
     controller = load_controller("swingup-lqr", "pendulum", "rig")
     start = np.array([[math.pi - 0.1, 0.0]])
-    (episode,) = render.record(controller, start, steps=300)
+    (episode,) = cli_video.record(controller, start, steps=300)
     sim = BatchSim("pendulum", 1, "rig", seed=0)
     sim.reset()
     sim.set_state({"x": start})
@@ -121,8 +121,8 @@ def test_replay_draws_a_rigs_run_from_its_telemetry(swingup, tmp_path):
     shots = frames(gif)
     assert abs(len(shots) - 41) <= 2
     assert pole_row(shots[0]) > 0.5 and pole_row(shots[-1]) < 0.5
-    episode = render.episode_from_telemetry(read_telemetry(log), plant_spec("pendulum", "rig"))
-    assert render.preset_of_commands("pendulum", episode.u) == "rig"
+    episode = cli_video.episode_from_telemetry(read_telemetry(log), plant_spec("pendulum", "rig"))
+    assert cli_video.preset_of_commands("pendulum", episode.u) == "rig"
 
 
 @pytest.mark.parametrize("args,message", [

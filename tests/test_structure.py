@@ -27,18 +27,19 @@ LAYERS = [
                "grpo_ctrl.plant_file"]),
     ("simulator", ["grpo_ctrl.sim"]),
     ("controllers and Gymnasium adapters", ["grpo_ctrl.baselines", "grpo_ctrl.policy",
-                                            "grpo_ctrl.gym_env"]),
+                                            "grpo_ctrl.gym_env", "grpo_ctrl.render"]),
     ("controller contract and evaluation", ["grpo_ctrl.controller", "grpo_ctrl.closed_loop",
                                             "grpo_ctrl.robustness", "grpo_ctrl.heldout",
                                             "grpo_ctrl.realaigym", "grpo_ctrl.realaigym_double"]),
     ("training", ["grpo_ctrl.grpo_config", "grpo_ctrl.distributed", "grpo_ctrl.grpo",
                   "grpo_ctrl.c_gradient",
                   "grpo_ctrl.overlap", "grpo_ctrl.trust_region", "grpo_ctrl.train",
-                  "grpo_ctrl.heap", "grpo_ctrl.runtime", "grpo_ctrl.deploy"]),
+                  "grpo_ctrl.heap", "grpo_ctrl.runtime", "grpo_ctrl.deploy",
+                  "grpo_ctrl.train_log"]),
     ("export", ["grpo_ctrl.export"]),
     ("serial bridge", ["grpo_ctrl.firmware_bridge", "grpo_ctrl.sysid"]),
     ("application", ["grpo_ctrl.cli", "grpo_ctrl.__main__", "grpo_ctrl.demo", "grpo_ctrl.bench_cli",
-                     "grpo_ctrl.cli_eval", "grpo_ctrl.cli_sysid", "grpo_ctrl.baselines.report",
+                     "grpo_ctrl.cli_eval", "grpo_ctrl.cli_sysid", "grpo_ctrl.cli_video", "grpo_ctrl.baselines.report",
                      "grpo_ctrl.export.cli_export", "grpo_ctrl.export.cli_inspect",
                      "grpo_ctrl.export.cli_verify"]),
 ]
@@ -81,12 +82,17 @@ def imports(path: Path, known) -> set[str]:
     return out
 
 
+# The one import that goes up on purpose: the package registers its Gymnasium ids when
+# gymnasium loads (Gymnasium's convention: ``import grpo_ctrl`` makes the ids available).
+REGISTRATION = {("grpo_ctrl", "grpo_ctrl.gym_env")}
+
+
 def test_every_module_imports_only_its_own_layer_and_those_below():
     known = modules()
     upward = []
     for module, path in known.items():
         for target in imports(path, known):
-            if rank_of(target) > rank_of(module):
+            if rank_of(target) > rank_of(module) and (module, target) not in REGISTRATION:
                 upward.append(f"{module} ({LAYERS[rank_of(module)][0]}) imports {target} "
                               f"({LAYERS[rank_of(target)][0]})")
     assert not upward, "imports that go up a layer:\n" + "\n".join(upward)

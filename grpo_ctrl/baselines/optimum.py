@@ -158,7 +158,7 @@ def horizon_values(steps: int, gamma: float, system: str = "pendulum", preset: s
     after them: ``steps - 1`` sweeps from V = 0, the last decision being the
     controller's own look-ahead (``OptimalPendulum(..., gamma=gamma)``). This
     is the objective a GRPO branch optimises for a loss step that sees
-    ``steps`` rewards ahead (docs/grpo.md §9: what the objective costs)."""
+    ``steps`` rewards ahead (docs/research.md §2: what the objective costs)."""
     idx, w, r, v_max = transitions(system, preset, grid)
     values = np.zeros((grid.n_angle, grid.n_speed))
     for _ in range(steps - 1):
