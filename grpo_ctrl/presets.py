@@ -110,7 +110,7 @@ SWINGUP = {
     ("pendulum", "gym"): dict(k_energy=50.0, energy_margin=0.0, region_level=3.0),
     ("pendulum", "rig"): dict(k_energy=50.0, energy_margin=0.02, region_level=10.0),
     # the best RealAI score of a small grid (docs/realaigym.md)
-    ("pendulum", "realaigym"): dict(k_energy=0.5, energy_margin=0.0, region_level=10.0),
+    ("pendulum", "realaigym"): dict(k_energy=1.0, energy_margin=0.05, region_level=1.0),
     # Gymnasium's CartPole ends at 12 degrees: LQR must own all of that
     ("cartpole", "gym"): dict(k_energy=10.0, accel_limit=5.0, centre_freq=1.0,
                               centre_damping=0.7, energy_margin=0.02, region_level=100.0),
