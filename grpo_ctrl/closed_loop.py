@@ -79,10 +79,15 @@ class _ModeSwitches:
 
 def upright_and_still(spec: PlantSpec, x: np.ndarray) -> np.ndarray:
     """Whether states ``x (N, nx)`` have the pendulum within UPRIGHT_TOL of
-    upright and turning slower than STILL_TOL."""
-    a, v = spec.pole_angle, spec.pole_velocity
-    angle = (x[:, a] + np.pi) % (2 * np.pi) - np.pi
-    return (np.abs(angle) < UPRIGHT_TOL) & (np.abs(x[:, v]) < STILL_TOL)
+    upright and turning slower than STILL_TOL: every angle that enters the
+    dynamics (the pole's; both links of the double pendulum; not the
+    Furuta's arm, which is cyclic)."""
+    ok = np.ones(len(x), dtype=bool)
+    for a, v in spec.channels:
+        if spec.angles[a] and a not in spec.cyclic:
+            angle = (x[:, a] + np.pi) % (2 * np.pi) - np.pi
+            ok &= (np.abs(angle) < UPRIGHT_TOL) & (np.abs(x[:, v]) < STILL_TOL)
+    return ok
 
 
 @torch.no_grad()

@@ -381,3 +381,12 @@ def test_lqr_holds_upright_from_small_perturbations(preset, share):
     # measured: acrobot 99.0 % (its gains, 281 N m/rad on the shoulder, saturate the 6 N m
     # motor beyond about 0.02 rad), pendubot 100 %
     assert held.mean() >= share
+
+
+def test_upright_means_both_links_upright():
+    from grpo_ctrl.closed_loop import upright_and_still
+
+    spec = plant_spec("double_pendulum", "acrobot")
+    x = np.array([[0.0, 0.0, 0.0, 0.0], [0.05, -0.05, 0.1, -0.1], [0.0, 0.5, 0.0, 0.0],
+                  [0.0, 0.0, 0.0, 1.0], [2 * np.pi, -2 * np.pi, 0.0, 0.0]])
+    np.testing.assert_array_equal(upright_and_still(spec, x), [True, True, False, False, True])
