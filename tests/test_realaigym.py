@@ -115,3 +115,18 @@ def test_cli_refuses_another_preset(capsys):
     assert main(["eval", "--controller", "swingup-lqr", "--system", "pendulum", "--preset", "rig",
                  "--score", "realaigym"]) == 2
     assert "realaigym" in capsys.readouterr().err
+
+
+def test_cli_robustness_table_beside_their_published_rows(capsys):
+    assert main(["eval", "--controller", "swingup-lqr", "--system", "pendulum", "--preset",
+                 "realaigym", "--robustness", "realaigym", "--episodes", "3"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines() if "N m" in line}
+    assert set(rows) >= {"swingup-lqr", "energy", "iLQR", "DDPG", "SAC"}
+    assert "0.922" in rows["DDPG"]  # 0.25 (1 + 1 + 0.79 + 0.9)
+
+
+def test_cli_score_does_not_mix_with_our_robustness_benchmark(capsys):
+    assert main(["eval", "--controller", "swingup-lqr", "--system", "pendulum", "--preset",
+                 "realaigym", "--score", "realaigym", "--robustness"]) == 2
+    assert "--robustness realaigym" in capsys.readouterr().err
