@@ -26,9 +26,10 @@ import numpy as np
 
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.plant import PlantSpec, init_model
+from grpo_ctrl.randomize import FIXED_PARAMS
 
 MAX_FILE_DELAY = 32  # PS_MAX_DELAY
-MYSTERY_SCALE = 0.3        # every parameter but g: nominal x U(1 - s, 1 + s)
+MYSTERY_SCALE = 0.3        # every parameter but FIXED_PARAMS: nominal x U(1 - s, 1 + s)
 MYSTERY_DELAY = (0, 2)     # steps
 MYSTERY_OFFSET = 0.05      # rad, U(-o, o) on the pendulum's encoder
 MYSTERY_MOTOR_K = (0.5, 1.0)  # the actuator's response per step: a lag of up to ~1.4 steps
@@ -151,12 +152,15 @@ def plant_from_params(pairs: list[str], spec: PlantSpec,
 
 
 def mystery_plant(spec: PlantSpec, seed: int) -> PlantValues:
-    """A hidden plant drawn from ``seed``: every parameter but g scaled by
-    U(0.7, 1.3), a delay of 0-2 steps, an encoder offset within +-0.05 rad,
-    a motor response per step in U(0.5, 1) (drawn last: the other draws are
-    those of the seed before the motor lag existed)."""
+    """A hidden plant drawn from ``seed``: every parameter but g and a
+    pendulum's shape (com, inertia: ``randomize.FIXED_PARAMS``, the preset's
+    rod, which sysid assumes) scaled by U(0.7, 1.3), a delay of 0-2 steps, an
+    encoder offset within +-0.05 rad, a motor response per step in U(0.5, 1)
+    (drawn last: the other draws are those of the seed before the motor lag
+    existed). The fixed parameters take no draw, so a seed's plant is the
+    same as before the pendulum had them."""
     rng = np.random.default_rng([int(seed), 0x5EC2E7])
-    params = {name: (v if name == "g" else
+    params = {name: (v if name in FIXED_PARAMS else
                      float(v * rng.uniform(1 - MYSTERY_SCALE, 1 + MYSTERY_SCALE)))
               for name, v in nominal_params(spec).items()}
     delay = int(rng.integers(MYSTERY_DELAY[0], MYSTERY_DELAY[1] + 1))
