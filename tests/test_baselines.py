@@ -3,6 +3,9 @@ independent references (hand-derived Jacobians, scipy, Quanser's published
 Qube-Servo 2 model, Gymnasium's own Pendulum-v1) and by closed-loop runs."""
 import numpy as np
 import pytest
+
+pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
+
 import scipy.linalg
 import torch
 

@@ -17,6 +17,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
+
 from grpo_ctrl.cli import main
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.export.c_codegen import generate_c

@@ -2,6 +2,9 @@
 difference and its standard error are the hand formulas."""
 import numpy as np
 import pytest
+
+pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
+
 import torch
 
 from grpo_ctrl.baselines import make_controller

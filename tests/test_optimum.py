@@ -5,6 +5,9 @@ and run as a feedback controller it beats the hand-written swing-up + LQR
 on the same episodes."""
 import numpy as np
 import pytest
+
+pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
+
 import torch
 
 from grpo_ctrl.baselines import make_controller

@@ -7,6 +7,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
+pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
+
 import torch
 
 from grpo_ctrl._pendsim import ffi, lib

@@ -14,6 +14,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+
+pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
+
 import torch
 
 from grpo_ctrl._cdef import C_FLAGS

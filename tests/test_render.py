@@ -9,6 +9,10 @@ import sys
 
 import numpy as np
 import pytest
+
+pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
+pytest.importorskip("matplotlib", reason="needs the train extra: pip install -e '.[train]'")
+
 from PIL import Image
 
 from grpo_ctrl import cli_video, render

@@ -5,6 +5,9 @@ import json
 
 import numpy as np
 import pytest
+
+pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
+
 import torch
 
 from grpo_ctrl import cli, robustness

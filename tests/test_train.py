@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+
+pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
+
 import torch
 
 from grpo_ctrl import cli

@@ -2,6 +2,9 @@
 import math
 
 import pytest
+
+pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
+
 import torch
 
 from grpo_ctrl.grpo_config import LOSS_TYPES

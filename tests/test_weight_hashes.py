@@ -22,6 +22,9 @@ import subprocess
 import sys
 
 import pytest
+
+pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
+
 import torch
 
 from grpo_ctrl.grpo_config import default_config
