@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from grpo_ctrl.baselines import available, make_controller
+from grpo_ctrl.bench_cli import cpu_model
 from grpo_ctrl.closed_loop import (BALANCE_TILT, STILL_TOL, UPRIGHT_TOL, evaluate,
                                    evaluate_on_gymnasium_pendulum, near_upright_start)
 from grpo_ctrl.errors import UserError
@@ -25,20 +26,25 @@ INTRO = f"""# Classic control baselines
 Written by `grpo-ctrl baselines` (do not edit by hand; rerun it). Each
 controller is a stateless function of the observation (`grpo_ctrl.baselines`),
 evaluated over many episodes from the preset's own start distribution.
-*Success*: the episode never terminated and ends with the pendulum within
-{UPRIGHT_TOL} rad of upright, turning slower than {STILL_TOL} rad/s.
+*Success*: the episode never terminated and ends with the pendulum (both links
+of the double pendulum) within {UPRIGHT_TOL} rad of upright, turning slower than
+{STILL_TOL} rad/s.
 
 * `lqr`: discrete LQR about upright on the simulator's own one-step map
   (finite differences through the C simulator), with Q and R the task's
   per-step quadratic cost (`w_x`, `w_u`); Gymnasium's CartPole has no such
-  cost and gets Bryson's rule. The Riccati equation is solved in numpy by
-  structure-preserving doubling.
+  cost and gets Bryson's rule, the double pendulum (whose reward is a height)
+  RealAIGym's own weights (`LQR_WEIGHTS` in `grpo_ctrl/presets.py`; the acrobot's
+  shoulder gain saturates its motor beyond about 0.02 rad, and the `-real`
+  presets' friction defeats the design: docs/double_pendulum.md). The Riccati
+  equation is solved in numpy by structure-preserving doubling.
 * `swingup-lqr`: energy-based swing-up (Astrom and Furuta 2000) outside a
   region around upright, LQR inside it. For the pendulum the torque pumps the
   energy directly; for the cart-pole and the Furuta pendulum the input is
   computed so that the cart or arm follows a chosen acceleration (collocated
   partial feedback linearisation), which pumps the pendulum's energy and, with
-  a PD term, keeps the cart or arm near the middle.
+  a PD term, keeps the cart or arm near the middle. The double pendulum has
+  none yet.
 
 **Why a region and not a hysteresis.** The switch to LQR is a region test:
 LQR acts where the LQR cost-to-go x'Px (without the cart position or arm
@@ -125,7 +131,8 @@ def build_report(episodes: int, seed: int, gymnasium: bool) -> str:
              "*Start*: the preset's own start distribution, or a balance test from a "
              "uniform start with the pendulum up to "
              f"{np.degrees(BALANCE_TILT):.0f} degrees off upright and every other state "
-             "component within 0.05 of zero.", "",
+             "component within 0.05 of zero. The scores are deterministic functions of the "
+             f"seeds; `grpo-ctrl baselines` wrote this report on {cpu_model()}.", "",
              "## LQR designs", "", "State order: " + "; ".join(
                  f"{s}: {', '.join(make_controller('lqr', s).spec.state_names)}" for s in systems())
              + ". Poles of the discrete closed loop, largest first.", "",
