@@ -9,6 +9,8 @@ CLI = [sys.executable, "-m", "grpo_ctrl.cli"]
 
 def export_baseline(tmp_path_factory, controller: str, system: str, preset: str):
     """A baseline controller exported to ONNX through the command line."""
+    pytest.importorskip("torch",
+                        reason="exporting needs the train extra: pip install -e '.[train]'")
     path = tmp_path_factory.mktemp("onnx") / f"{controller}-{system}-{preset}.onnx"
     subprocess.run(CLI + ["export", "--controller", controller, "--system", system, "--preset",
                           preset, "--onnx", str(path)], check=True, capture_output=True)
