@@ -176,3 +176,24 @@ def on_device_timing(b: Board, policy_src, nobs: int, dt: float) -> str | None:
             ("" if share <= 1 else "; the chip cannot run it at this rate (every tick late)") +
             f". The widest {nobs}-H-H-1 network within {100 * UNO_ON_DEVICE_SHARE:.0f} % has "
             f"H = {h}; host-computed control is unaffected")
+
+
+# ---------------------------------------------------------------- any board's tick
+def tick_estimate(b: Board, size) -> float:
+    """Estimated cycles of board ``b``'s on-device tick (fw_tick with the core
+    calling the policy) for a controller of ``size`` (``c_codegen.SizeReport``),
+    by the board's ``tick_model``: on the Uno fitted to simavr's counts, on the
+    Cortex-M4F to the TRM model on QEMU's trace."""
+    fixed, mac, packed, q15, io = b.tick_model
+    floats = size.macs - size.packed_macs - size.q15_macs
+    return fixed + mac * floats + packed * size.packed_macs + q15 * size.q15_macs + io * size.q15_io
+
+
+def measured_tick(b: Board, policy_src, obs) -> float:
+    """Board ``b``'s on-device tick with the controller, in cycles, as
+    ``grpo-ctrl bench boards`` counts it: simavr's cycles on the Uno, the
+    Cortex-M4 TRM model on QEMU's instruction trace on the Cortex-M4F."""
+    from grpo_ctrl.firmware_bridge.board_emulate import target_check
+
+    r = target_check(b, policy_src, obs, cycles=b.family == "arm")
+    return r["cycles"]["ondevice"]["cycles"] if b.family == "arm" else r["ondevice"]

@@ -52,6 +52,9 @@ class Board:
     pack_weights: bool = False  # large weight arrays packed losslessly (c_avr._packed)
     block: int = 1          # outputs per pass of the controller's matrix products (c_graph)
     timed_on_device: bool = False  # board_fit's simavr-fitted tick estimate applies
+    # the on-device tick (fw_tick calling the policy) in cycles, board_fit.tick_estimate:
+    # fixed + a float multiply-add, one on packed weights, one in q15, a q15 input or output
+    tick_model: tuple = (0.0, 0.0, 0.0, 0.0, 0.0)
 
     def missing(self) -> str | None:
         """None when the toolchain is installed, else a message naming the packages."""
@@ -92,7 +95,9 @@ BOARDS = {
                         "-Wl,--defsym=__DATA_REGION_LENGTH__=0x10000"),
         check_flags=("-mmcu=atmega1284p", "-DF_CPU=16000000L"), check_machine="atmega1284p",
         pack_weights=True,  # 3.5 B a weight: the default policy fits
-        timed_on_device=True),
+        timed_on_device=True,
+        # simavr's cycle counts (board_fit's UNO_* constants)
+        tick_model=(15400.0, 300.0, 315.0, 138.0, 423.0)),
     "mps2-an386": Board(
         "mps2-an386", "Arm MPS2 AN386: Cortex-M4F, 25 MHz (QEMU -M mps2-an386)", "arm",
         "arm-none-eabi-gcc", "arm-none-eabi-size", "gcc-arm-none-eabi libnewlib-arm-none-eabi",
@@ -107,7 +112,10 @@ BOARDS = {
         next_step="build: make -C {out}; run: qemu-system-arm -M mps2-an386 -nographic "
                   "-monitor none -serial pty -kernel {out}/firmware.elf, then grpo-ctrl run "
                   "--port /dev/pts/N",
-        check_machine="mps2-an386", block=16),
+        check_machine="mps2-an386", block=16,
+        # the Cortex-M4 TRM model on QEMU's trace (m4_cycles), fitted to the rig graph with
+        # 3-H-H-1 weights: float H = 8, 32, 64 (within 4 %), q15 H = 16, 64
+        tick_model=(2620.0, 3.57, 3.57, 1.77, 14.8)),
 }
 
 

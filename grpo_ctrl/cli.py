@@ -16,7 +16,7 @@ from grpo_ctrl.errors import UserError
 # command -> (module, one-line help)
 COMMANDS = {
     "demo": ("grpo_ctrl.demo", "train, export, serve the HIL pendulum and run the loop: the whole chain"),
-    "train": ("grpo_ctrl.train", "train a controller with GRPO"),
+    "train": ("grpo_ctrl.fit", "train a controller with GRPO (--fit: sized for a board)"),
     "eval": ("grpo_ctrl.cli_eval", "evaluate a trained run or a baseline controller"),
     "replay": ("grpo_ctrl.cli_video", "draw a rig's run from its telemetry (grpo-ctrl run --log) as a GIF or MP4"),
     "baselines": ("grpo_ctrl.baselines.report", "tabulate the classic controllers on every plant"),

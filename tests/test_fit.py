@@ -1,0 +1,102 @@
+"""``grpo-ctrl train --fit uno|m4``: the network chosen so that the on-device
+tick stays within 25 % of the preset's period on the board, by the counts
+``grpo-ctrl bench boards`` gives (simavr's cycles for the Uno, the Cortex-M4
+TRM model on QEMU's trace for the M4).
+
+The chooser's counts are checked against an independent graph: the rig
+policy's own exported ONNX (tests/data) with its weights replaced by random
+3-H-H-1 ones (``boards.widened``), measured on the emulator directly."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+
+pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
+
+from grpo_ctrl import fit
+from grpo_ctrl.cli import main
+from grpo_ctrl.errors import UserError
+from grpo_ctrl.export.verify import operating_observations
+from grpo_ctrl.firmware_bridge import boards
+
+RIG = Path(__file__).parent / "data" / "pendulum-rig-grpo.onnx"
+UNO, MPS2 = boards.BOARDS["uno"], boards.BOARDS["mps2-an386"]
+UNO_BUDGET = 0.25 * 16e6 / 200  # 25 % of the rig's 5 ms at 16 MHz
+
+
+def need(missing: str | None) -> None:
+    if missing:
+        pytest.skip(missing)
+
+
+def test_candidates_go_from_the_most_multiply_adds_down():
+    nets = fit.candidates(4, 2, 3)
+    macs = [n.macs(3) for n in nets]
+    assert macs == sorted(macs, reverse=True)
+    assert nets[0] == fit.Network(2, 4, None) and nets[1] == fit.Network(2, 4, "q15")
+    assert nets[-1] == fit.Network(1, 1, None) and macs[-1] == 3 + 1
+    # q15 only on a hidden-to-hidden layer of an even width
+    assert all(n.layers > 1 and n.hidden % 2 == 0 for n in nets if n.quantize)
+    assert fit.Network(2, 64, None).macs(3) == 4352  # the rig policy's SizeReport
+
+
+def test_uno_fit_is_the_widest_network_whose_simavr_tick_is_within_25_percent():
+    """The rig at 200 Hz on the Uno: 3-2-2-1 in float; measured here on the
+    independent graph, 3-2-2-1 is within 20,000 cycles and 3-3-3-1 (the next
+    two-layer width) is over, and the one-layer networks the chooser
+    measured and refused are over too."""
+    need(boards.emulator_missing(UNO))
+    choice = fit.choose("uno", "pendulum", "rig", 64, 2)
+    assert choice.network == fit.Network(2, 2, None) and choice.measured
+    assert choice.budget == UNO_BUDGET and choice.cycles <= UNO_BUDGET
+    obs = operating_observations("pendulum", "rig", 2)
+    tick = {h: boards.target_check(UNO, boards.controller_c(UNO, boards.widened(
+        onnx.load(RIG), h)), obs)["ondevice"] for h in (2, 3)}
+    assert tick[2] <= UNO_BUDGET < tick[3]
+    assert abs(tick[2] / choice.cycles - 1) < 0.05  # same graph, other weights
+    assert choice.refused and all(c > UNO_BUDGET for _, c, measured in choice.refused
+                                  if measured)
+    assert all(n.macs(3) > 12 for n, _, _ in choice.refused)
+
+
+def test_a_network_just_over_the_uno_budget_is_refused_in_one_line(capsys):
+    need(boards.emulator_missing(UNO))
+    with pytest.raises(UserError, match="no network fits 25 % of the 200 Hz period on the uno"):
+        fit.choose("uno", "pendulum", "rig", 3, 2, exact=True)
+    # the command: one line, exit 2, before a run folder is made
+    assert main(["train", "--fit", "uno", "--preset", "rig", "--hidden", "3", "--layers", "2",
+                 "--out", "/nonexistent/never"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "20,000 cycles" in err
+
+
+def test_m4_fit_keeps_the_rig_network_at_200_hz():
+    """On the Cortex-M4F at 25 MHz 25 % of 5 ms is 31,250 cycles: the
+    preset's 3-64-64-1 in float fits (about 18,100 by the TRM model)."""
+    need(boards.emulator_missing(MPS2))
+    choice = fit.choose("m4", "pendulum", "rig", 64, 2)
+    assert choice.network == fit.Network(2, 64, None) and choice.measured
+    assert choice.cycles <= choice.budget == 0.25 * 25e6 / 200 and not choice.refused
+
+
+def test_fit_sets_the_training_arguments(capsys):
+    """apply_fit writes the choice into train's arguments (Fourier features
+    off) and prints one line naming the size and the firmware command."""
+    need(boards.emulator_missing(UNO))
+    import argparse
+
+    p = argparse.ArgumentParser()
+    fit.add_arguments(p)
+    args = p.parse_args(["--fit", "uno", "--system", "pendulum", "--preset", "rig"])
+    fit.apply_fit(args)
+    assert (args.hidden, args.layers, args.features) == (2, 2, 0)
+    out = capsys.readouterr().out.strip()
+    assert len(out.splitlines()) == 1 and "hidden 2 x 2 layers" in out
+    assert "grpo-ctrl firmware --board uno" in out
+
+
+def test_fit_refuses_a_plant_the_boards_do_not_run():
+    with pytest.raises(UserError, match="not the cartpole"):
+        fit.choose("uno", "cartpole", "swingup", 8, 2)
