@@ -5,6 +5,7 @@ the measured counts; on the Cortex-M4F an instruction trace costed by the
 Cortex-M4 TRM (``m4_cycles``) adds cycle estimates."""
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import subprocess
@@ -142,3 +143,80 @@ def _m4_cycles(cmd: list, elf: Path, folder: Path, timeout: float) -> dict:
 
 
 TRACE = {"arm": _m4_cycles}  # a family's cycle estimate from an instruction trace
+
+
+# ---------------------------------------------------------------- the Uno in the loop
+PIL_RUNNER = FIRMWARE / "board" / "simavr_pil.c"
+SIMAVR_HEADERS = Path("/usr/include/simavr")
+SIMAVR_DEV = "libsimavr-dev libsimavrparts1"
+# the sketch's watchdog under simavr: the host's keep-alives cross a pty and simavr's UART
+# thread (two periods, the sketch's own, trip on the first stall of a loaded host)
+PIL_WATCHDOG_US = 200_000
+
+
+def simavr_pil_missing(b: Board) -> str | None:
+    """None when the Uno's processor-in-the-loop can run here, else what to install."""
+    if b.family != "avr":
+        return f"the simavr processor-in-the-loop is the Uno's; the {b.name} runs in QEMU"
+    missing = emulator_missing(b)
+    if missing:
+        return missing
+    if shutil.which("cc") is None or not (SIMAVR_HEADERS / "parts" / "uart_pty.h").is_file():
+        return ("the simavr processor-in-the-loop needs a host C compiler and simavr's library "
+                f"and parts; apt-get install gcc {SIMAVR_DEV}")
+    return None
+
+
+def build_pil_runner(folder: Path) -> Path:
+    """``firmware/board/simavr_pil.c`` (the bench around the chip: the csrc/
+    pendulum, its encoder, the H-bridge, the UART on a pty) for this host."""
+    from grpo_ctrl.firmware_bridge.board_registry import CSRC, PLANT_SOURCES
+
+    exe = folder / "simavr_pil"
+    _run(["cc", "-std=c99", "-O2", "-Wall", "-Wextra", "-ffp-contract=off", f"-I{CSRC}",
+          f"-I{SIMAVR_HEADERS}", PIL_RUNNER, *[CSRC / n for n in PLANT_SOURCES], "-o", exe,
+          "-lsimavrparts", "-lsimavr", "-lpthread", "-lm"], "building the simavr bench")
+    return exe
+
+
+def build_pil_image(b: Board, folder: Path, policy_src=None, project: Path | None = None) -> Path:
+    """The Uno sketch as it is uploaded (``project``, a folder ``grpo-ctrl
+    firmware`` wrote, or the sketch staged with ``policy_src`` linked in),
+    its watchdog ``PIL_WATCHDOG_US``: the image simavr runs, in ``folder``."""
+    from grpo_ctrl.firmware_bridge.board_build import build_image, stage
+
+    project = project or stage(b, folder / "sketch", policy_src)
+    return build_image(b, project, folder / "build",
+                       defines=(f"-DBOARD_WATCHDOG_US={PIL_WATCHDOG_US}u",))
+
+
+@contextlib.contextmanager
+def simavr_pil(b: Board, elf: Path, angle0: float = 0.1, folder: Path | None = None):
+    """Run ``elf`` (``build_pil_image``) on simavr's ATmega328P with the
+    bench around it; yields ``(pty, process)``: its UART0 on ``/dev/pts/N``
+    for ``grpo-ctrl run --port``. On leaving, the bench is stopped (SIGTERM:
+    it prints its chip time against wall time on stderr)."""
+    missing = simavr_pil_missing(b)
+    if missing:
+        raise UserError(missing)
+    with tempfile.TemporaryDirectory(prefix="grpo_ctrl_pil_") as tmp:
+        exe = build_pil_runner(Path(folder or tmp))
+        proc = subprocess.Popen([str(exe), str(elf), repr(float(angle0))],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            port = None
+            for line in proc.stdout:  # simavr's own lines first
+                if line.startswith("pty "):
+                    port = line.split()[1]
+                    break
+            if port is None:
+                raise UserError(f"simavr did not offer a pty: {proc.stderr.read()[-500:]}")
+            yield port, proc
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()

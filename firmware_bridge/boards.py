@@ -33,10 +33,13 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write, check_folder
 from grpo_ctrl.firmware_bridge.board_build import (build_image, compile_object,  # noqa: F401
                                                    project_files, stage)
-from grpo_ctrl.firmware_bridge.board_emulate import (MEASURED, emulator_missing,  # noqa: F401
+from grpo_ctrl.firmware_bridge.board_emulate import (MEASURED, PIL_WATCHDOG_US,  # noqa: F401
+                                                     build_pil_image, emulator_missing,
+                                                     simavr_pil, simavr_pil_missing,
                                                      target_check)
 from grpo_ctrl.firmware_bridge.board_fit import (Fit, check_fit, controller_c,  # noqa: F401
-                                                 largest_mlp, measure, on_device_timing,
+                                                 largest_mlp, measure, measured_tick,
+                                                 on_device_timing, tick_estimate,
                                                  uno_tick_estimate, uno_widest_in_time, widened)
 from grpo_ctrl.firmware_bridge.board_registry import (BOARDS, Board, Sizes, board,  # noqa: F401
                                                       size_of)

@@ -79,7 +79,11 @@ def candidates(max_hidden: int, max_layers: int, nobs: int, quantize: bool = Tru
 
 def random_onnx(system: str, preset: str, net: Network):
     """The deployed controller's graph (normalisation, the mean network,
-    tanh, scaling, clamp) for ``net`` with random weights: what timing sees."""
+    tanh, scaling, clamp) for ``net`` with random weights, all positive, so
+    that every ReLU passes its input on: software floating point (AVR) takes
+    less time on a zero, and a trained network's units are active where it
+    acts. With the zeros of random signs the rig's 3-2-2-1 measured 19,012
+    cycles; the LQR's gains in it 20,127; all active 20,911."""
     import torch
 
     from grpo_ctrl.export.onnx_export import to_onnx
@@ -89,6 +93,11 @@ def random_onnx(system: str, preset: str, net: Network):
     spec = plant_spec(system, preset)
     torch.manual_seed(net.hidden * 100 + net.layers)
     policy = GaussianPolicy(spec.nobs, spec.u_max, net.hidden, net.layers, "relu")
+    with torch.no_grad():  # every unit active: no product by a ReLU's zero
+        for layer in policy.net:
+            if isinstance(layer, torch.nn.Linear):
+                layer.weight.abs_().add_(0.1)
+                layer.bias.abs_().add_(0.1)
     return to_onnx(policy.controller(spec))
 
 

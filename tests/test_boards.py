@@ -419,3 +419,99 @@ def test_pil_grpo_ctrl_run_on_device_at_1_khz_balances_the_rig_for_10_s(tmp_path
     assert np.median(per_second) == pytest.approx(1000, rel=0.1), per_second
     assert (t_us[-1] - t_us[0]) > 9.5e6 and armed.sum() > 5000
     assert np.all(flags[armed] & FLAG_ON_DEVICE)
+
+
+def lqr_network(path: Path) -> Path:
+    """The rig's LQR gains (baselines.lqr) in a 3-2-1 ReLU network of the
+    policy's graph, exported with its metadata: the two units carry z and -z,
+    z = -K [sin theta, theta_dot] / u_max, and the output u_max tanh(z) is the
+    LQR's command near upright. The size grpo-ctrl train --fit uno chooses for
+    the rig at 200 Hz."""
+    import torch
+
+    from grpo_ctrl.baselines.lqr import design
+    from grpo_ctrl.export.onnx_export import export_onnx
+    from grpo_ctrl.plant import plant_spec
+    from grpo_ctrl.policy import GaussianPolicy
+
+    spec = plant_spec("pendulum", "rig")
+    a = -design("pendulum", "rig").K.reshape(-1) / spec.u_max
+    p = GaussianPolicy(3, spec.u_max, 2, 1, "relu")
+    first, last = [m for m in p.net if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad():
+        first.weight[:] = torch.tensor([[0.0, a[0], a[1]], [0.0, -a[0], -a[1]]])
+        last.weight[:] = torch.tensor([[1.0, -1.0]])
+        for layer in (first, last):
+            layer.bias.zero_()
+    export_onnx(p.controller(spec), path, "the rig's LQR gains in a 3-2-1 network")
+    return path
+
+
+def fly_uno_on_simavr(tmp_path: Path, policy: Path, angle0: float, capsys) -> tuple:
+    """`grpo-ctrl firmware --board uno --policy P` writes the sketch; built as
+    uploaded (its watchdog PIL_WATCHDOG_US) it runs unchanged on simavr's
+    ATmega328P inside the bench (firmware/board/simavr_pil.c: the csrc/
+    pendulum stepped every 5 ms of the chip's cycles, the quadrature encoder
+    the sketch decodes, the PWM and direction pins it drives), and
+    `grpo-ctrl run --on-device` (run_loop) arms it for 10 s. Returns the
+    summary, the armed STATE rows and the bench's line on chip time."""
+    sketch = tmp_path / "pendulum_board"
+    assert main(["firmware", "--board", "uno", "--out", str(sketch), "--policy",
+                 str(policy)]) == 0
+    assert "within the 25 % goal" in capsys.readouterr().out
+    elf = boards.build_pil_image(UNO, tmp_path, project=sketch)
+    log = tmp_path / "uno_pil.csv"
+    with boards.simavr_pil(UNO, elf, angle0) as (port, proc):
+        s = run_loop(port, None, 10.0, log, plot=False, print_fn=lambda *_: None,
+                     on_device=True)
+        proc.terminate()
+        chip = proc.stderr.read()
+    rows = [r for r in read_telemetry(log) if r["kind"] == "state"]
+    armed = [r for r in rows if int(r["mode"]) == 1]
+    assert len(armed) > 1900 and all(int(r["flags"]) & FLAG_ON_DEVICE for r in armed)
+    # the chip's time is the loop's: simavr, held to the wall clock, ran no faster
+    m = re.search(r"([0-9.]+) s of chip time in ([0-9.]+) s", chip)
+    assert m and float(m.group(1)) <= float(m.group(2)) * 1.01, chip
+    return s, armed, chip
+
+
+def armed_angles(armed: list) -> np.ndarray:
+    """The pendulum's angle from upright (rad) in each armed STATE, wrapped."""
+    theta = np.array([r["pos"][0] for r in armed]) * 2 * np.pi / 2048
+    return np.angle(np.exp(1j * theta))
+
+
+def test_pil_uno_on_simavr_balances_the_rig_for_10_s_on_device(tmp_path, capsys):
+    """Processor in the loop on the Uno, at the size train --fit uno chooses
+    (3-2-1, within 25 % of the 200 Hz period on simavr's count): held at
+    0.1 rad until the chip first drives the motor, the pendulum stays up for
+    10 s and ends upright."""
+    need(boards.simavr_pil_missing(UNO))
+    policy = lqr_network(tmp_path / "lqr321.onnx")
+    src = boards.controller_c(UNO, onnx.load(policy))
+    obs = operating_observations("pendulum", "rig", 8)
+    assert boards.target_check(UNO, src, obs)["ondevice"] <= 0.25 * UNO.clock_hz / 200
+    s, armed, _ = fly_uno_on_simavr(tmp_path, policy, 0.1, capsys)
+    assert_balanced_at(s, 200)
+    # upright at the end: the last second within 0.02 rad (12 counts of 2048)
+    assert np.max(np.abs(armed_angles(armed)[-200:])) < 0.02
+
+
+def test_pil_uno_on_simavr_swings_the_rig_up_on_device(tmp_path, capsys):
+    """The rig's task from hanging at rest: the swing-up LQR baseline
+    (grpo-ctrl export --controller swingup-lqr: energy pumping, LQR near
+    upright; about 17,500 cycles a tick on simavr) on the chip pumps the
+    pendulum up and holds it: upright and still for the last 2 s of 10."""
+    need(boards.simavr_pil_missing(UNO))
+    policy = tmp_path / "swingup_lqr.onnx"
+    assert main(["export", "--controller", "swingup-lqr", "--system", "pendulum", "--preset",
+                 "rig", "--onnx", str(policy)]) == 0
+    src = boards.controller_c(UNO, onnx.load(policy))
+    obs = operating_observations("pendulum", "rig", 8)
+    assert boards.target_check(UNO, src, obs)["ondevice"] <= 0.25 * UNO.clock_hz / 200
+    s, armed, _ = fly_uno_on_simavr(tmp_path, policy, np.pi, capsys)
+    assert s["ended"] == "completed" and s["disarm_acknowledged"], s
+    assert s["device_rate_hz"] == pytest.approx(200, rel=0.05)
+    theta = armed_angles(armed)
+    assert np.max(np.abs(theta[:100])) > 2.5  # it started hanging
+    assert np.max(np.abs(theta[-400:])) < 0.05, theta[-400:]

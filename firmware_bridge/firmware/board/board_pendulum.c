@@ -34,6 +34,9 @@
 #define PERIOD_US 5000u    /* 200 Hz, the rig preset's rate */
 #define U_MAX 0.15f        /* N m at full duty (the rig preset's limit) */
 #define VEL_LIMIT_RAD_S 30.0f
+#ifndef BOARD_WATCHDOG_US
+#define BOARD_WATCHDOG_US 0u  /* 0: the core's two periods; the simavr PIL builds with more */
+#endif
 
 static fw_device dev;
 static volatile int32_t encoder_count = COUNTS_PER_REV / 2;
@@ -131,6 +134,7 @@ void board_setup(void)
   cfg.counts_per_unit[0] = COUNTS_PER_REV;
   cfg.vel_limit[0] = VEL_LIMIT_RAD_S * COUNTS_PER_REV / 6.2831853f;
   cfg.vel_cutoff_hz = 20.0f;
+  cfg.watchdog_us = BOARD_WATCHDOG_US;
   for (unsigned i = 0; i < sizeof preset; ++i) cfg.preset[i] = preset[i];
   const fw_hw hw = {0, board_micros, read_sensors, write_actuator, serial_write, serial_room,
                     BOARD_CONTROLLER};
