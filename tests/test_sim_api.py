@@ -313,7 +313,8 @@ def test_unknown_system_preset_and_fields_name_the_choices():
         BatchSim("pendulum", 0)
     with pytest.raises(ValueError, match="unknown parameter"):
         BatchSim("pendulum").set_param("mass", 1.0)
-    with pytest.raises(ValueError, match=r"preset's name, one of \['gym', 'rig'\], got 5"):
+    with pytest.raises(ValueError,
+                       match=r"preset's name, one of \['gym', 'rig', 'realaigym'\], got 5"):
         BatchSim("pendulum", preset=5)
 
 
@@ -377,7 +378,7 @@ BAD_STATES = {
     "float key": ({"rng_key": np.zeros(4)}, "integers"),
     "t beyond int32": ({"t": np.array([0, 2**40, 0, 0])}, "fit int32"),  # was wrapped to 0
     # a valid part must not be written when another part is bad
-    "valid x, bad param": ({"x": np.ones((4, 2)), "param": np.full((4, 5), np.inf)}, "finite"),
+    "valid x, bad param": ({"x": np.ones((4, 2)), "param": np.full((4, 7), np.inf)}, "finite"),
 }
 
 
