@@ -3,6 +3,7 @@ with Debian's cross toolchains.
 
     grpo-ctrl firmware --board uno --out pendulum_board
     grpo-ctrl firmware --board mps2-an386 --out pil --policy policy.onnx
+    grpo-ctrl firmware --board uno --out pendulum_board --policy small.onnx --simavr
 
 Boards:
 
@@ -27,7 +28,10 @@ module is the command (and names their functions for callers).
 from __future__ import annotations
 
 import argparse
+import math
 import re
+import tempfile
+from pathlib import Path
 
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write, check_folder
@@ -60,10 +64,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="q15: the policy's hidden layers in 16-bit fixed point (SMLALD on the "
                         "Cortex-M4: 7.5 %% of a 1 kHz period at 168 MHz rather than 10.8 %%; "
                         "within 1e-3 of u_max of onnxruntime, measured and refused beyond)")
+    p.add_argument("--simavr", action="store_true",
+                   help="uno: then run the sketch on simavr's ATmega328P inside a simulated "
+                        "bench (the rig's pendulum, its encoder and motor driver) with UART0 "
+                        "on a pseudo-terminal, for grpo-ctrl run --port /dev/pts/N "
+                        "[--on-device], until Ctrl-C (processor in the loop, docs/boards.md)")
+    p.add_argument("--start-angle", type=float, default=math.pi, metavar="RAD",
+                   help="with --simavr: the pendulum's start angle from upright (default pi, "
+                        "hanging at rest; another is held until the chip drives the motor)")
 
 
 def run(args: argparse.Namespace) -> int:
     b = board(args.board)
+    if args.simavr and b.family != "avr":
+        raise UserError(f"--simavr runs the Uno; the {b.name} runs in QEMU: "
+                        + b.next_step.format(out=args.out))
     out = check_folder(args.out)
     sketch = re.sub(r"[^A-Za-z0-9_]", "_", out.resolve().name) or "pendulum_board"
     policy_src, nobs, dt = None, 0, 0.0
@@ -110,5 +125,28 @@ def run(args: argparse.Namespace) -> int:
     timing = on_device_timing(b, policy_src, nobs, dt) if policy_src is not None else None
     if timing:
         print(timing)
-    print(b.next_step.format(out=out))
+    if not args.simavr:
+        print(b.next_step.format(out=out))
+        return 0
+    return _run_simavr(b, out, args.start_angle)
+
+
+def _run_simavr(b: Board, project: Path, angle0: float) -> int:
+    """The written sketch on simavr in its bench until Ctrl-C or SIGTERM."""
+    if not math.isfinite(angle0):
+        raise UserError(f"--start-angle must be a finite angle in rad, got {angle0}")
+    missing = simavr_pil_missing(b)
+    if missing:
+        raise UserError(f"--simavr: {missing}")
+    with tempfile.TemporaryDirectory(prefix="grpo_ctrl_simavr_") as tmp:
+        elf = build_pil_image(b, Path(tmp), project=project)
+        with simavr_pil(b, elf, angle0, Path(tmp)) as (port, proc):
+            print(f"simavr: the Uno's UART0 is {port}; in another terminal: grpo-ctrl run "
+                  f"--port {port} --on-device (or --policy ONNX); Ctrl-C here ends it",
+                  flush=True)
+            try:
+                proc.wait()
+            except KeyboardInterrupt:
+                proc.terminate()
+            print(proc.stderr.read().strip())
     return 0

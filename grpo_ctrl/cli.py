@@ -18,6 +18,7 @@ COMMANDS = {
     "demo": ("grpo_ctrl.demo", "train, export, serve the HIL pendulum and run the loop: the whole chain"),
     "train": ("grpo_ctrl.fit", "train a controller with GRPO (--fit: sized for a board)"),
     "eval": ("grpo_ctrl.cli_eval", "evaluate a trained run or a baseline controller"),
+    "distill": ("grpo_ctrl.distill", "a controller's behaviour in a small network (DAgger)"),
     "replay": ("grpo_ctrl.cli_video", "draw a rig's run from its telemetry (grpo-ctrl run --log) as a GIF or MP4"),
     "baselines": ("grpo_ctrl.baselines.report", "tabulate the classic controllers on every plant"),
     "export": ("grpo_ctrl.export.cli_export", "export a controller to ONNX and/or C"),
