@@ -447,7 +447,8 @@ def lqr_network(path: Path) -> Path:
     return path
 
 
-def fly_uno_on_simavr(tmp_path: Path, policy: Path, angle0: float, capsys) -> tuple:
+def fly_uno_on_simavr(tmp_path: Path, policy: Path, angle0: float, capsys,
+                      goal: str = "within") -> tuple:
     """`grpo-ctrl firmware --board uno --policy P` writes the sketch; built as
     uploaded (its watchdog PIL_WATCHDOG_US) it runs unchanged on simavr's
     ATmega328P inside the bench (firmware/board/simavr_pil.c: the csrc/
@@ -458,7 +459,7 @@ def fly_uno_on_simavr(tmp_path: Path, policy: Path, angle0: float, capsys) -> tu
     sketch = tmp_path / "pendulum_board"
     assert main(["firmware", "--board", "uno", "--out", str(sketch), "--policy",
                  str(policy)]) == 0
-    assert "within the 25 % goal" in capsys.readouterr().out
+    assert f"{goal} the 25 % goal" in capsys.readouterr().out
     elf = boards.build_pil_image(UNO, tmp_path, project=sketch)
     log = tmp_path / "uno_pil.csv"
     with boards.simavr_pil(UNO, elf, angle0) as (port, proc):
@@ -497,19 +498,32 @@ def test_pil_uno_on_simavr_balances_the_rig_for_10_s_on_device(tmp_path, capsys)
     assert np.max(np.abs(armed_angles(armed)[-200:])) < 0.02
 
 
-def test_pil_uno_on_simavr_swings_the_rig_up_on_device(tmp_path, capsys):
-    """The rig's task from hanging at rest: the swing-up LQR baseline
-    (grpo-ctrl export --controller swingup-lqr: energy pumping, LQR near
-    upright; about 17,500 cycles a tick on simavr) on the chip pumps the
-    pendulum up and holds it: upright and still for the last 2 s of 10."""
+# the rig's 60 s GRPO policy (3-64-64-1) distilled into 3-4-4-1 by grpo-ctrl distill (150 s):
+# 100 % success and 0.7 % less return than the policy on 1,000 held-out episodes (docs/boards.md)
+DISTILLED = Path(__file__).parent / "data" / "pendulum-rig-distilled-3-4-4-1.onnx"
+
+
+@pytest.mark.parametrize("controller", ["swingup-lqr", "distilled"])
+def test_pil_uno_on_simavr_swings_the_rig_up_on_device(tmp_path, capsys, controller):
+    """The rig's task from hanging at rest, on the chip at 200 Hz: the swing-up
+    LQR baseline (grpo-ctrl export --controller swingup-lqr: energy pumping,
+    LQR near upright; about 17,500 cycles a tick on simavr, within 25 % of
+    the period), and the GRPO policy distilled into 3-4-4-1 (about 27,900
+    cycles every unit active: 35 %, over the 25 % goal, on time). Each pumps
+    the pendulum up and holds it: upright for the last 2 s of 10."""
     need(boards.simavr_pil_missing(UNO))
-    policy = tmp_path / "swingup_lqr.onnx"
-    assert main(["export", "--controller", "swingup-lqr", "--system", "pendulum", "--preset",
-                 "rig", "--onnx", str(policy)]) == 0
+    policy = tmp_path / "controller.onnx"
+    if controller == "distilled":
+        policy.write_bytes(DISTILLED.read_bytes())
+    else:
+        assert main(["export", "--controller", "swingup-lqr", "--system", "pendulum",
+                     "--preset", "rig", "--onnx", str(policy)]) == 0
     src = boards.controller_c(UNO, onnx.load(policy))
     obs = operating_observations("pendulum", "rig", 8)
-    assert boards.target_check(UNO, src, obs)["ondevice"] <= 0.25 * UNO.clock_hz / 200
-    s, armed, _ = fly_uno_on_simavr(tmp_path, policy, np.pi, capsys)
+    share = boards.target_check(UNO, src, obs)["ondevice"] / (UNO.clock_hz / 200)
+    assert share <= (0.25 if controller == "swingup-lqr" else 0.4), share
+    s, armed, _ = fly_uno_on_simavr(tmp_path, policy, np.pi, capsys,
+                                    goal="within" if controller == "swingup-lqr" else "over")
     assert s["ended"] == "completed" and s["disarm_acknowledged"], s
     assert s["device_rate_hz"] == pytest.approx(200, rel=0.05)
     theta = armed_angles(armed)
