@@ -35,6 +35,7 @@ from pathlib import Path
 
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write, check_folder
+from grpo_ctrl.option_types import number
 from grpo_ctrl.firmware_bridge.board_build import (build_image, compile_object,  # noqa: F401
                                                    project_files, stage)
 from grpo_ctrl.firmware_bridge.board_emulate import (MEASURED, PIL_WATCHDOG_US,  # noqa: F401
@@ -69,7 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "bench (the rig's pendulum, its encoder and motor driver) with UART0 "
                         "on a pseudo-terminal, for grpo-ctrl run --port /dev/pts/N "
                         "[--on-device], until Ctrl-C (processor in the loop, docs/boards.md)")
-    p.add_argument("--start-angle", type=float, default=math.pi, metavar="RAD",
+    p.add_argument("--start-angle", type=number(float, -100.0, 100.0), default=math.pi,
+                   metavar="RAD",
                    help="with --simavr: the pendulum's start angle from upright (default pi, "
                         "hanging at rest; another is held until the chip drives the motor)")
 
@@ -133,8 +135,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_simavr(b: Board, project: Path, angle0: float) -> int:
     """The written sketch on simavr in its bench until Ctrl-C or SIGTERM."""
-    if not math.isfinite(angle0):
-        raise UserError(f"--start-angle must be a finite angle in rad, got {angle0}")
     missing = simavr_pil_missing(b)
     if missing:
         raise UserError(f"--simavr: {missing}")

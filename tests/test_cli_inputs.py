@@ -65,6 +65,9 @@ ACCEPTED = {
     ("firmware", "--out"): (ANY, "any text names a project folder"),
     ("train", "--tensorboard"): (ANY, "any text names a folder"),
     ("eval", "--video-episodes"): ({"zero"}, "episode 0 is the first"),
+    ("firmware", "--start-angle"): ({"zero", "negative"}, "an angle from upright"),
+    ("distill", "--out"): (ANY, "any text names a run folder"),
+    ("distill", "--seed"): ({"zero"}, "seed 0"),
 }
 for _command in ("train", "demo", "eval", "baselines", "hil"):
     ACCEPTED[(_command, "--seed")] = ({"zero"}, "seed 0")
@@ -149,6 +152,9 @@ def _base(command: str, folder) -> tuple[dict, list[str]]:
                         "--duration", "5"]),
         "sysid": ({"logs": str(folder / "no-such-log.csv")}, ["--out", str(folder / "f.toml")]),
         "firmware": ({}, ["--board", "uno", "--out", str(folder / "firmware")]),
+        "distill": ({"teacher": "swingup-lqr"}, ["--system", "pendulum", "--preset", "rig",
+                                                 "--hidden", "2", "--layers", "1",
+                                                 "--out", str(folder / "distilled")]),
         "replay": ({"telemetry": str(folder / "t.csv")}, ["--video", str(folder / "r.gif")]),
     }.get(command, ({}, []))
 
