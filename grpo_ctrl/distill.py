@@ -93,8 +93,8 @@ def distill(teacher, cfg: DistillConfig, log=print) -> tuple:
             loss.backward()
             opt.step()
         rnd += 1
-        history.append((beta, len(x), float(loss)))
-        log(f"round {rnd}: teacher's share {beta:.3g}, {len(x)} states, loss {float(loss):.3g} "
+        history.append((beta, len(x), loss.item()))
+        log(f"round {rnd}: teacher's share {beta:.3g}, {len(x)} states, loss {history[-1][2]:.3g} "
             f"(of u_max squared), {time.monotonic() - start:.0f} s")
         if time.monotonic() - start >= cfg.time_budget:
             return student, history
