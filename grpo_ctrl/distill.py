@@ -33,6 +33,7 @@ class DistillConfig:
     hidden: int = 8
     layers: int = 2
     time_budget: float = 120.0  # seconds
+    rounds: int = 0             # stop after this many rounds instead (0: by time_budget)
     envs: int = 128             # plants per round
     stride: int = 4             # record every stride-th step
     steps: int = 1500           # Adam steps per round
@@ -96,7 +97,7 @@ def distill(teacher, cfg: DistillConfig, log=print) -> tuple:
         history.append((beta, len(x), loss.item()))
         log(f"round {rnd}: teacher's share {beta:.3g}, {len(x)} states, loss {history[-1][2]:.3g} "
             f"(of u_max squared), {time.monotonic() - start:.0f} s")
-        if time.monotonic() - start >= cfg.time_budget:
+        if (rnd >= cfg.rounds if cfg.rounds else time.monotonic() - start >= cfg.time_budget):
             return student, history
 
 
