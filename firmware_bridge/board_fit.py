@@ -175,7 +175,8 @@ def on_device_timing(b: Board, policy_src, nobs: int, dt: float) -> str | None:
             f"{100 * share:.0f} % of the {1 / dt:.0f} Hz period, {verdict}" +
             ("" if share <= 1 else "; the chip cannot run it at this rate (every tick late)") +
             f". The widest {nobs}-H-H-1 network within {100 * UNO_ON_DEVICE_SHARE:.0f} % has "
-            f"H = {h}; host-computed control is unaffected")
+            f"H = {h}; grpo-ctrl train --fit uno counts on simavr with every unit active; "
+            "host-computed control is unaffected")
 
 
 # ---------------------------------------------------------------- any board's tick
