@@ -63,12 +63,11 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
         raise UserError(f"no ONNX controller at {str(policy_path)!r}; export one with "
                         "`grpo-ctrl export ... --onnx FILE`")
     log = Path(log) if log else None
+    skipped_plot = None  # the default plot matplotlib's absence skips: said after the run
     if plot is None:
         plot = log.with_suffix(".png") if log else None
         if plot is not None and not _importable("matplotlib"):
-            print_fn(f"note: no plot {str(plot)!r}: matplotlib is not installed (pip install "
-                     "'grpo-ctrl[train]')")
-            plot = None
+            skipped_plot, plot = plot, None
     elif plot and not _importable("matplotlib"):
         raise UserError(f"--plot {str(plot)!r} needs matplotlib: pip install 'grpo-ctrl[train]' "
                         "(or leave --plot out)")
@@ -116,6 +115,9 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
         if plot:
             write_plot(plot, loop.r.t, loop.r.angle, loop.r.action, info.u_max,
                        title=f"{features.system}/{info.preset} via {port}: {summary['ended']}")
+        elif skipped_plot is not None:
+            print_fn(f"note: no plot {str(skipped_plot)!r}: matplotlib is not installed (pip "
+                     "install 'grpo-ctrl[train]')")
     finally:
         if telemetry is not None:
             telemetry.close()

@@ -6,6 +6,7 @@ with a plot of measured against simulated angle on held-out data."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 
 from grpo_ctrl.errors import UserError
@@ -24,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="FILE.toml",
                    help="the fitted plant: parameters, delay, offset, standard errors")
     p.add_argument("--plot", default=None, metavar="FILE.png",
-                   help="measured vs simulated on held-out data (default: --out with .png)")
+                   help="measured vs simulated on held-out data (default: --out with .png; "
+                        "needs matplotlib, the train extra)")
     p.add_argument("--max-delay", type=number(int, 0, MAX_DELAY, unit=" (steps)"), default=4, metavar="STEPS",
                    help="largest actuation delay tried (default 4)")
     p.add_argument("--no-refine", action="store_true",
@@ -49,6 +51,11 @@ def run(args) -> int:
     model = model_for(spec, known)  # a bad --known is refused before the logs are read
     out = check_writable(args.out)
     plot = check_writable(args.plot or out.with_suffix(".png"))
+    if importlib.util.find_spec("matplotlib") is None:  # the plot is the train extra's
+        if args.plot:
+            raise UserError(f"--plot {str(args.plot)!r} needs matplotlib: pip install "
+                            "'grpo-ctrl[train]' (or leave --plot out)")
+        plot = None
     logs = [read_log(path, spec) for path in args.logs]
     fit, held, nominal = identify(logs, spec, max_delay=args.max_delay,
                                   refine_fit=not args.no_refine, known=known)
@@ -72,6 +79,10 @@ def run(args) -> int:
     for w in fit.warnings:
         print(f"warning: {w}")
     write_toml(out, fit.table())
+    if plot is None:
+        print(f"wrote {out}; no plot: matplotlib is not installed (pip install "
+              "'grpo-ctrl[train]')")
+        return 0
     plot_held_out(plot, fit, held, nominal)
     print(f"wrote {out} and {plot}")
     return 0

@@ -354,6 +354,7 @@ def test_a_simulated_run_is_recorded_as_their_simulator_records_it():
 
 @pytest.mark.parametrize("preset,share", [("acrobot", 0.98), ("pendubot", 1.0)])
 def test_lqr_holds_upright_from_small_perturbations(preset, share):
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
     import scipy.linalg
     import torch
 
@@ -384,6 +385,7 @@ def test_lqr_holds_upright_from_small_perturbations(preset, share):
 
 
 def test_upright_means_both_links_upright():
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
     from grpo_ctrl.closed_loop import upright_and_still
 
     spec = plant_spec("double_pendulum", "acrobot")

@@ -132,6 +132,8 @@ def test_every_registered_id_and_preset_passes_the_checker_with_its_render_modes
     """gymnasium.make of each id, with each preset: the checker's full run,
     which also makes one environment per declared render mode and renders
     it ("human" with matplotlib's Agg backend: no window)."""
+    pytest.importorskip("matplotlib",
+                        reason="needs matplotlib, the train extra: pip install -e '.[train]'")
     env = gym.make(env_id, preset=preset)
     assert env.unwrapped.plant_spec.system == system and env.unwrapped.plant_spec.preset == preset
     with warnings.catch_warnings(record=True) as caught:
@@ -166,6 +168,8 @@ def test_rgb_array_frames_are_500_square_and_follow_the_pole(env_id, system, pre
 
 
 def test_render_without_a_mode_warns_and_human_returns_none():
+    pytest.importorskip("matplotlib",
+                        reason="needs matplotlib, the train extra: pip install -e '.[train]'")
     env = gym.make("grpo_ctrl/Pendulum-v0")
     env.reset(seed=0)
     with pytest.warns(UserWarning, match="render_mode"):

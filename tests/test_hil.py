@@ -282,6 +282,7 @@ def test_on_device_lqr_balances_the_hil_pendulum_while_the_host_supervises():
     controller (u = -K obs on the observation the device builds), switched on
     through the protocol; the host only sets limits, arms and keeps the
     watchdog fed with commands whose values (here far off) are ignored."""
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
     from grpo_ctrl.baselines.lqr import design
 
     k_th, k_thd = design("pendulum", "rig").K[0]
@@ -323,6 +324,7 @@ def test_run_loop_supervises_on_device_control_then_takes_the_loop_back(tmp_path
     """``run_loop(on_device=True)`` (``grpo-ctrl run --on-device``): the device's
     LQR balances, the host arms, logs and disarms; a host-mode run that follows
     on the same device switches control back to the host by itself."""
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
     from grpo_ctrl.baselines.lqr import design
     from grpo_ctrl.errors import UserError
     from grpo_ctrl.firmware_bridge.host import run_loop

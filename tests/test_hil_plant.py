@@ -125,6 +125,7 @@ def test_train_plant_centres_the_randomisation_on_the_fit(tmp_path):
     fit, the delay within a step of it plus the host loop's tick (the fit
     counts from the applied command, which a host's policy sets a tick after
     the measurement); the draws cover the range."""
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
     import argparse
 
     from grpo_ctrl.train import add_arguments, resolve

@@ -14,7 +14,7 @@ def _python(code: str, cwd) -> subprocess.CompletedProcess:
 
 
 def test_the_bridge_and_exporter_import_under_the_grpo_ctrl_namespace(tmp_path):
-    done = _python("import grpo_ctrl.export.onnx_export, grpo_ctrl.firmware_bridge.protocol;"
+    done = _python("import grpo_ctrl.export.c_codegen, grpo_ctrl.firmware_bridge.protocol;"
                    "from grpo_ctrl.firmware_bridge._firmware import lib;"
                    "print(grpo_ctrl.export.__name__)", tmp_path)
     assert done.returncode == 0, done.stderr

@@ -228,6 +228,7 @@ def test_training_groups_face_one_plant_each_and_restarts_draw_new_ones():
     """The trainer's path: every branch of a group rolls out on its start
     trajectory's plant; a trajectory continued from a branch keeps it; one
     restarted from a reset draws a new one, the same from the same seed."""
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
     import torch
     from grpo_ctrl.grpo import GroupRollout
     from grpo_ctrl.grpo_config import GRPOConfig

@@ -102,6 +102,7 @@ def test_their_published_robustness_overall_scores():
 
 
 def test_cli_scores_a_baseline_beside_their_entries(capsys):
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
     assert main(["eval", "--controller", "swingup-lqr", "--system", "pendulum", "--preset",
                  "realaigym", "--score", "realaigym"]) == 0
     out = capsys.readouterr().out
@@ -112,12 +113,14 @@ def test_cli_scores_a_baseline_beside_their_entries(capsys):
 
 
 def test_cli_refuses_another_preset(capsys):
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
     assert main(["eval", "--controller", "swingup-lqr", "--system", "pendulum", "--preset", "rig",
                  "--score", "realaigym"]) == 2
     assert "realaigym" in capsys.readouterr().err
 
 
 def test_cli_robustness_table_beside_their_published_rows(capsys):
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
     assert main(["eval", "--controller", "swingup-lqr", "--system", "pendulum", "--preset",
                  "realaigym", "--robustness", "realaigym", "--episodes", "3"]) == 0
     out = capsys.readouterr().out
@@ -127,6 +130,7 @@ def test_cli_robustness_table_beside_their_published_rows(capsys):
 
 
 def test_cli_score_does_not_mix_with_our_robustness_benchmark(capsys):
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
     assert main(["eval", "--controller", "swingup-lqr", "--system", "pendulum", "--preset",
                  "realaigym", "--score", "realaigym", "--robustness"]) == 2
     assert "--robustness realaigym" in capsys.readouterr().err

@@ -248,6 +248,7 @@ def test_demo_trains_exports_and_flies_the_hil_pendulum(tmp_path):
     default budget is iterations, not seconds: a busy machine trains as far
     (a 3 s budget gave 22 iterations at load average 15, and a policy that
     never swung up)."""
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
     out = tmp_path / "demo"
     r = subprocess.run(CLI + ["demo", "--duration", "4", "--out", str(out)],
                        capture_output=True, text=True, timeout=600)

@@ -20,6 +20,7 @@ TINY = ["--time-budget", "0", "--num-starts", "4", "--group-size", "2", "--horiz
 def logged_run(tmp_path_factory):
     """Seven iterations, evaluated at the first and the last (eval_every 1000 s:
     no other comes due), stdout and stderr to files, and TensorBoard event files."""
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
     base = tmp_path_factory.mktemp("train-log")
     out, tb = base / "run", base / "tb"
     with open(base / "stdout.txt", "w") as so, open(base / "stderr.txt", "w") as se:
@@ -67,6 +68,7 @@ def test_tensorboard_event_files_hold_the_metrics_scalars(logged_run):
 
 
 def test_an_unwritable_tensorboard_folder_is_refused_before_training(tmp_path):
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
     (tmp_path / "file").write_text("")
     r = subprocess.run(CLI + ["train", "--out", str(tmp_path / "run"), "--iterations", "1",
                               "--tensorboard", str(tmp_path / "file"), *TINY],
@@ -86,6 +88,8 @@ def test_smoothed_is_a_centred_moving_average_skipping_nans():
 def test_curve_legends_cover_no_curve(tmp_path):
     """One series per panel: its name is the panel's title (no legend box);
     KL and clip fraction: a legend placed where few of their points are."""
+    pytest.importorskip("matplotlib",
+                        reason="needs matplotlib, the train extra: pip install -e '.[train]'")
     import matplotlib
     matplotlib.use("Agg")
     rng = np.random.default_rng(0)
