@@ -18,16 +18,7 @@
 
 enum { BLOCK = 1024 };
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static double uniform(double lo, double hi) /* xorshift64* */
-{
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  const uint64_t r = rng_state * 0x2545F4914F6CDD1Dull;
-  return lo + (hi - lo) * ((double)(r >> 11) * 0x1.0p-53);
-}
+#include "check_rng.h"
 
 static double numpy_angle_normalize(double x) /* numpy: npy_divmod's remainder */
 {
