@@ -40,6 +40,11 @@ EXPECTED = {
         ("cartpole", "gym"): "57a268be5f57923a",
         ("cartpole", "swingup"): "5f58bf31b075e1d4",
         ("furuta", "qube-servo2"): "e24b468f3ca24c5a",
+        ("pendulum", "realaigym"): "52cb5c263eae5d5b",
+        ("double_pendulum", "acrobot"): "f28b7b4cb9526e3d",
+        ("double_pendulum", "pendubot"): "06ff60b0f49a5e27",
+        ("double_pendulum", "acrobot-real"): "358bb5caf8164bb5",
+        ("double_pendulum", "pendubot-real"): "201a8bde9ef69c95",
     },
 }
 # torch's AVX2 kernels give these small networks the same bits (measured on the machine above)
