@@ -42,7 +42,7 @@
 #include <simavr/sim_elf.h>
 #include <simavr/sim_time.h>
 
-#include "pendsim.h"
+#include "pendsim_one.h"
 
 #define FREQ 16000000u
 #define PI 3.14159265358979323846
@@ -66,11 +66,7 @@ static avr_t *avr;
 static uart_pty_t pty;
 static avr_irq_t *pin_a, *pin_b;
 static ps_model model;
-static ps_data data;
-static double x[PS_MAX_NX], param[PS_MAX_PARAMS];
-static float act_buf[PS_MAX_DELAY];
-static uint64_t rng_key, rng_ctr;
-static int32_t steps;
+static ps_one plant; /* the pendulum on the bench */
 static double counts_per_rad;
 static int32_t count;      /* the edges sent: the sketch's count if it decoded them all */
 static uint8_t ab;         /* the encoder's A (bit 1) and B (bit 0) levels */
@@ -107,7 +103,7 @@ static avr_cycle_count_t encoder_edge(avr_t *a, avr_cycle_count_t when, void *p)
 {
   (void)a;
   (void)p;
-  const int32_t target = (int32_t)lround(x[0] * counts_per_rad);
+  const int32_t target = (int32_t)lround(plant.x[0] * counts_per_rad);
   if (target != count) {
     static const uint8_t up[4] = {2, 0, 3, 1};    /* next AB counting up, by AB */
     static const uint8_t down[4] = {1, 3, 0, 2};  /* and down */
@@ -133,7 +129,7 @@ static avr_cycle_count_t plant_step(avr_t *a, avr_cycle_count_t when, void *p)
   }
   if (!held) {
     uint8_t terminated, truncated;
-    ps_step(&model, &data, &u, 0, 0, &terminated, &truncated, 0, 0);
+    ps_step(&model, &plant.data, &u, 0, 0, &terminated, &truncated, 0, 0);
   }
   return when + period_cycles;
 }
@@ -142,18 +138,9 @@ static void plant_init(double angle0)
 {
   ps_model_init(&model, PS_PENDULUM, "rig");
   model.max_steps = 0;
-  data.B = 1;
-  data.x = x;
-  data.param = param;
-  data.act_buf = act_buf;
-  data.rng_key = &rng_key;
-  data.rng_ctr = &rng_ctr;
-  data.t = &steps;
-  const uint64_t seed = 0;
-  ps_seed(&data, &seed);
-  ps_reset(&model, &data, 0, 0);
-  x[0] = angle0;
-  x[1] = 0.0;
+  ps_one_reset(&model, &plant, 0);
+  plant.x[0] = angle0;
+  plant.x[1] = 0.0;
   counts_per_rad = COUNTS_PER_REV / (2 * PI);
   count = (int32_t)(COUNTS_PER_REV / 2);  /* the sketch starts its count hanging */
   held = fabs(angle0 - PI) > 1e-9;

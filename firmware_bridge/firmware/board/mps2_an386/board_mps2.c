@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "fw_core.h"
-#include "pendsim.h"
+#include "pendsim_one.h"
 #include "policy_link.h"  /* BOARD_CONTROLLER: the exported controller, if any */
 
 #ifndef PIL_RATE_HZ
@@ -62,11 +62,7 @@
 
 static fw_device dev;
 static ps_model model;
-static ps_data data;
-static double x[PS_MAX_NX], param[PS_MAX_PARAMS];
-static float act_buf[PS_MAX_DELAY];
-static uint64_t rng_key, rng_ctr;
-static int32_t steps;
+static ps_one plant; /* the pendulum on the bench */
 static double counts_per_rad;
 static float u;
 static int armed_once;
@@ -102,7 +98,7 @@ static uint64_t hw_micros(void *ctx)
 static void hw_read_sensors(void *ctx, int32_t *counts)
 {
   (void)ctx;
-  counts[0] = (int32_t)lround(x[0] * counts_per_rad);
+  counts[0] = (int32_t)lround(plant.x[0] * counts_per_rad);
 }
 
 static void hw_write_actuator(void *ctx, float value)
@@ -154,18 +150,9 @@ static void plant_init(void)
     if (model.substeps < 1) model.substeps = 1;
   }
   model.max_steps = 0;
-  data.B = 1;
-  data.x = x;
-  data.param = param;
-  data.act_buf = act_buf;
-  data.rng_key = &rng_key;
-  data.rng_ctr = &rng_ctr;
-  data.t = &steps;
-  const uint64_t seed = 0;
-  ps_seed(&data, &seed);
-  ps_reset(&model, &data, 0, 0);
-  x[0] = PIL_ANGLE0;
-  x[1] = 0.0;
+  ps_one_reset(&model, &plant, 0);
+  plant.x[0] = PIL_ANGLE0;
+  plant.x[1] = 0.0;
 }
 
 int main(void)
@@ -215,7 +202,7 @@ int main(void)
     }
     if (armed_once) {
       uint8_t terminated, truncated;
-      ps_step(&model, &data, &u, 0, 0, &terminated, &truncated, 0, 0);
+      ps_step(&model, &plant.data, &u, 0, 0, &terminated, &truncated, 0, 0);
     }
     dev.extra_flags = armed_once ? 0 : FLAG_HELD;
     fw_tick(&dev, (uint32_t)next);
