@@ -76,7 +76,10 @@ def test_a_signal_in_any_phase_leaves_the_device_disarmed(swingup, tmp_path, pha
     if phase == "armed" and stats["watchdog_trips"] == 0:
         assert s["ended"] == "interrupted" and s["signal"] == sig.name
         assert p.returncode == 128 + sig
-    if phase == "handshake" and out.strip():  # signalled before arming: it never arms
+    if phase == "handshake" and out.strip():
+        # signalled once the device has the HELLO: the INFO answers within a millisecond and
+        # the host may have sent its ARM before the signal lands (2 in 8 runs here, the code
+        # before this test's change included); either way the run ends interrupted, disarmed
         s = json.loads(out.strip().splitlines()[-1])
-        assert stats["arms"] == 0 and s["ended"] == "interrupted" and s["disarm_acknowledged"]
+        assert stats["arms"] <= 1 and s["ended"] == "interrupted" and s["disarm_acknowledged"]
         assert log.is_file() and log.with_suffix(".png").is_file()
