@@ -1,8 +1,8 @@
 /*
  * pendsim_one: one environment of a plant together with its storage, for the
- * programs that step a single plant (the boards' processor-in-the-loop
- * benches, firmware/board/). Internal: not in Python's cdef, whose batches
- * are numpy arrays.
+ * programs that step a single plant (the HIL back-end firmware/hw_sim.c and
+ * the boards' processor-in-the-loop benches, firmware/board/). Internal: not
+ * in Python's cdef, whose batches are numpy arrays.
  */
 #ifndef PENDSIM_ONE_H
 #define PENDSIM_ONE_H
@@ -17,9 +17,9 @@ typedef struct {
   int32_t steps;
 } ps_one;
 
-/* Bind one's storage to one->data, seed it and reset it to a start state of
- * m (the caller then sets one->x where it wants the plant to start). */
-static inline void ps_one_reset(const ps_model *m, ps_one *one, uint64_t seed)
+/* Point one->data at one's own storage (a batch of one); the rest of
+ * one->data (a held plant's state) stays as the caller set it. */
+static inline void ps_one_bind(ps_one *one)
 {
   one->data.B = 1;
   one->data.x = one->x;
@@ -28,6 +28,13 @@ static inline void ps_one_reset(const ps_model *m, ps_one *one, uint64_t seed)
   one->data.rng_key = &one->rng_key;
   one->data.rng_ctr = &one->rng_ctr;
   one->data.t = &one->steps;
+}
+
+/* Bind one's storage, seed it and reset it to a start state of m (the
+ * caller then sets one->x where it wants the plant to start). */
+static inline void ps_one_reset(const ps_model *m, ps_one *one, uint64_t seed)
+{
+  ps_one_bind(one);
   ps_seed(&one->data, &seed);
   ps_reset(m, &one->data, 0, 0);
 }

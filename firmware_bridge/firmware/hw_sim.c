@@ -17,6 +17,7 @@
 #endif
 
 #include "pendsim.h"
+#include "pendsim_one.h"
 #include "plant_layout.h"
 
 #define TXQ 128  /* device -> host frames waiting for their release time */
@@ -35,14 +36,11 @@ struct hil_sim {
   hil_options o;
   fw_device dev;
   ps_model m;
-  ps_data d;
-  double x[PS_MAX_NX], param[PS_MAX_PARAMS];
-  float act_buf[PS_MAX_DELAY];
+  ps_one plant;  /* the plant on the bench, a batch of one */
   /* the plant beyond its parameters, for a motor that lags (PS_PLANT_HOLD) */
   int32_t delay, push_left;
   double motor_k, torque_noise, offset[PS_MAX_NX / 2], tau, push;
-  uint64_t rng_key, rng_ctr, rng, noise_rng;
-  int32_t t;
+  uint64_t rng, noise_rng;
   int state_index[PROTO_MAX_CHANNELS];  /* plant state component of each channel */
   double counts_per_rad_or_m[PROTO_MAX_CHANNELS];
   float u;                              /* actuator value, held between ticks */
@@ -116,7 +114,7 @@ static void hw_read_sensors(void *ctx, int32_t *counts)
 {
   hil_sim *h = ctx;
   for (int c = 0; c < h->dev.cfg.n_channels; ++c) {
-    double x = h->x[h->state_index[c]] + h->o.offset[c];
+    double x = h->plant.x[h->state_index[c]] + h->o.offset[c];
     if (h->o.sensor_noise[c] > 0) x += h->o.sensor_noise[c] * sensor_normal(h);
     const double v = round(x * h->counts_per_rad_or_m[c]);
     const double wrapped = isfinite(v) ? fmod(v, 4294967296.0) : 0.0;
@@ -227,33 +225,27 @@ int hil_init(hil_sim *h, const hil_options *o)
   for (int c = 0; c < PROTO_MAX_CHANNELS; ++c)
     if (!(o->sensor_noise[c] >= 0 && isfinite(o->sensor_noise[c]))) return PS_ERR_MODEL;
   if (ps_model_check(&h->m) != PS_OK) return PS_ERR_MODEL;
-  h->d.B = 1;
-  h->d.x = h->x;
-  h->d.param = h->param;
-  h->d.act_buf = h->act_buf;
-  h->d.rng_key = &h->rng_key;
-  h->d.rng_ctr = &h->rng_ctr;
-  h->d.t = &h->t;
+  ps_one_bind(&h->plant);
   if (o->motor_k > 0 && o->motor_k < 1) {
     /* a lagging motor is the simulator's held plant: the model's parameters
      * (copied in by a nominal reset first), this delay and motor, an ideal
      * rest (no noise, pushes or offsets: the encoders take theirs here) */
-    ps_reset(&h->m, &h->d, 0, 0);
+    ps_reset(&h->m, &h->plant.data, 0, 0);
     h->m.plant_mode = PS_PLANT_HOLD;
     h->delay = o->delay_steps;
     h->motor_k = o->motor_k;
-    h->d.delay = &h->delay;
-    h->d.motor_k = &h->motor_k;
-    h->d.torque_noise = &h->torque_noise;
-    h->d.offset = h->offset;
-    h->d.tau = &h->tau;
-    h->d.push = &h->push;
-    h->d.push_left = &h->push_left;
+    h->plant.data.delay = &h->delay;
+    h->plant.data.motor_k = &h->motor_k;
+    h->plant.data.torque_noise = &h->torque_noise;
+    h->plant.data.offset = h->offset;
+    h->plant.data.tau = &h->tau;
+    h->plant.data.push = &h->push;
+    h->plant.data.push_left = &h->push_left;
   }
-  ps_seed(&h->d, &o->seed);
-  ps_reset(&h->m, &h->d, 0, 0);
+  ps_seed(&h->plant.data, &o->seed);
+  ps_reset(&h->m, &h->plant.data, 0, 0);
   if (o->set_x0)
-    for (int k = 0; k < h->m.nx; ++k) h->x[k] = o->x0[k];
+    for (int k = 0; k < h->m.nx; ++k) h->plant.x[k] = o->x0[k];
 
   /* the sensors: encoders on the angles, a linear encoder on a cart */
   fw_config cfg;
@@ -367,7 +359,7 @@ static void tick(hil_sim *h, uint64_t due_us)
   const int held = h->o.hold_until_armed && h->stats.arms == 0;
   if (!held) {
     uint8_t terminated, truncated;
-    ps_step(&h->m, &h->d, &h->u, 0, 0, &terminated, &truncated, 0, 0);
+    ps_step(&h->m, &h->plant.data, &h->u, 0, 0, &terminated, &truncated, 0, 0);
   }
   h->dev.extra_flags = held ? FLAG_HELD : 0;
   fw_tick(&h->dev, (uint32_t)due_us);
@@ -376,7 +368,7 @@ static void tick(hil_sim *h, uint64_t due_us)
     if (h->o.trace_t_us) h->o.trace_t_us[i] = h->dev.prev_t_us;
     if (h->o.trace_due_us) h->o.trace_due_us[i] = due_us;
     if (h->o.trace_x)
-      for (int k = 0; k < 4; ++k) h->o.trace_x[4 * i + k] = k < h->m.nx ? h->x[k] : 0.0;
+      for (int k = 0; k < 4; ++k) h->o.trace_x[4 * i + k] = k < h->m.nx ? h->plant.x[k] : 0.0;
     if (h->o.trace_u) h->o.trace_u[i] = h->u;
     if (h->o.trace_mode) h->o.trace_mode[i] = h->dev.mode;
     if (h->o.trace_fault) h->o.trace_fault[i] = h->dev.fault;
