@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+SYSTEM = "double_pendulum"
 CRITERIA = ("swingup_time", "energy", "tau_cost", "tau_smoothness", "velocity_cost")
 UNITS = {"swingup_time": "s", "energy": "J", "tau_cost": "N^2 m^2 s",
          "tau_smoothness": "N m", "velocity_cost": "rad^2/s"}
@@ -183,9 +184,11 @@ def simulate(policy, preset: str = "acrobot", n: int = 1, seed: int = 0,
     from grpo_ctrl.sim import BatchSim
 
     sim = BatchSim("double_pendulum", n, preset, seed=seed)
+    sim.reset()
+    # after the reset, which restores the nominal parameters
     for name, v in (params or {}).items():
         sim.set_param(name, np.broadcast_to(np.asarray(v, dtype=float), (n,)))
-    obs = sim.reset().copy()
+    obs = sim.observe().copy()
     steps = sim.spec.max_steps
     u_max, actuated = sim.spec.u_max, int(sim.model.actuated)
     xs = np.empty((steps, n, 4))
@@ -197,3 +200,276 @@ def simulate(policy, preset: str = "acrobot", n: int = 1, seed: int = 0,
         obs = sim.step(u)[0].copy()
     t = np.arange(steps) * sim.spec.dt
     return [Trajectory.of(t, xs[:, b, :2], xs[:, b, 2:], us[:, b], actuated) for b in range(n)]
+
+
+# ---------------------------------------------------------------- robustness v2
+# leaderboard/<robot>/robustness_v2/benchmark_controller.py and
+# analysis/benchmark.py, benchmark_scores.py: success is the final state
+# within GOAL_EPS of upright (angles wrapped, velocities in rad/s)
+N_VAR = 21
+REPETITIONS = 10           # runs per value of the two noise categories
+PUSH_RUNS = 50             # runs of the perturbation category
+GOAL_EPS = (0.35, 0.35, 1.0, 1.0)
+MODEL_PARAMS = ("Ir", "m1r1", "I1", "b1", "cf1", "m2r2", "m2", "I2", "b2", "cf2")
+CATEGORIES = ("model", "velocity_noise", "torque_noise", "torque_response", "delay",
+              "perturbation")
+TITLES = {"model": "Model", "velocity_noise": "Velocity noise", "torque_noise": "Torque noise",
+          "torque_response": "Torque response", "delay": "Time delay",
+          "perturbation": "Perturbations"}
+PUSHES = {"per_joint": 3, "min_t_dist": 1.0, "sigma": (0.05, 0.1), "amplitude": (0.5, 5.0)}
+HANGING = (np.pi, 0.0, 0.0, 0.0)
+_BIG_TORQUE = 1e3          # the plant's own limit, lifted: pushes add to the clipped command
+
+
+def robot_of(preset: str) -> str:
+    """``acrobot`` or ``pendubot``: the leaderboard a preset's controller enters."""
+    robot = preset.split("-")[0]
+    if robot not in ("acrobot", "pendubot"):
+        raise ValueError(f"unknown double pendulum preset {preset!r}")
+    return robot
+
+
+def grids(preset: str = "acrobot") -> dict:
+    """Every category's grid: ``model`` {parameter: 21 values}, the noise
+    sigmas (rad/s, N m), the torque responses, the delays (s)."""
+    from grpo_ctrl.sim import BatchSim
+    p = {k: float(v[0]) for k, v in BatchSim(SYSTEM, 1, preset).plant().items()}
+    rel = np.linspace(0.75, 1.25, N_VAR)     # their get_par_list of a non-zero value
+    model = {"Ir": np.linspace(0.0, 1e-4, N_VAR), "m1r1": rel * (p["m1"] * p["r1"]),
+             "I1": rel * p["I1"], "b1": np.linspace(-0.1, 0.1, N_VAR),
+             "cf1": np.linspace(-0.2, 0.2, N_VAR), "m2r2": rel * (p["m2"] * p["r2"]),
+             "m2": rel * p["m2"], "I2": rel * p["I2"], "b2": np.linspace(-0.1, 0.1, N_VAR),
+             "cf2": np.linspace(-0.2, 0.2, N_VAR)}
+    return {"model": model, "velocity_noise": np.linspace(0.0, 0.5, N_VAR),
+            "torque_noise": np.linspace(0.0, 1.1, N_VAR),
+            "torque_response": np.linspace(0.1, 2.0, N_VAR),
+            "delay": np.linspace(0.0, 0.04, N_VAR)}
+
+
+def _model_params(name: str, value: float, p: dict) -> dict:
+    """Our plant's parameters for one model variation (m1 r1 and m2 r2 move r)."""
+    if name == "m1r1":
+        return {"r1": value / p["m1"]}
+    if name == "m2r2":
+        return {"r2": value / p["m2"]}
+    return {name: value}
+
+
+def draw_pushes(rng: np.random.Generator, steps: int, dt: float = 0.002) -> np.ndarray:
+    """One run's torque pulses ``(2, steps)`` (their
+    ``get_random_gauss_perturbation_array``): 6 Gaussian pulses at least
+    ``min_t_dist`` apart (the first after it, each next one 1 to 1.5 s
+    later), shuffled 3 to a joint, width sigma U(0.05, 0.1) s, height +-U(0.5, 5) N m."""
+    n, t_final = 2 * PUSHES["per_joint"], steps * dt
+    wiggle = (t_final - (n + 1) * PUSHES["min_t_dist"]) / n
+    mu = np.cumsum(PUSHES["min_t_dist"] + rng.random(n) * wiggle)
+    rng.shuffle(mu)
+    mu = mu.reshape(2, -1)
+    lo, hi = PUSHES["sigma"]
+    sigma = lo + rng.random(mu.shape) * (hi - lo)
+    lo, hi = PUSHES["amplitude"]
+    amp = rng.uniform(-(hi - lo), hi - lo, mu.shape)
+    amp += lo * np.sign(amp)
+    t = np.arange(0.0, t_final, dt)[:steps]
+    return np.sum(amp[..., None] * np.exp(-(t - mu[..., None]) ** 2 / (2 * sigma[..., None] ** 2)),
+                  axis=1)
+
+
+@dataclass
+class Runs:
+    """Runs side by side, each with its own plant and perturbations:
+    ``params`` {name: (B,)}; measured velocities with noise ``vel_sigma``
+    (rad/s) and the measured state ``delay`` steps old; the command through
+    the motor's response ``response`` and noise ``u_sigma`` (N m), clipped,
+    plus the pulses ``push`` (B, steps) on the actuated joint."""
+    params: dict
+    vel_sigma: np.ndarray
+    delay: np.ndarray
+    response: np.ndarray
+    u_sigma: np.ndarray
+    push: np.ndarray
+
+    @classmethod
+    def nominal(cls, n: int, steps: int = 5000) -> "Runs":
+        return cls({}, np.zeros(n), np.zeros(n, int), np.ones(n), np.zeros(n),
+                   np.zeros((n, steps)))
+
+
+def benchmark_runs(preset: str = "acrobot", seed: int = 0) -> tuple[Runs, dict]:
+    """The 722 runs of robustness v2 and where each category's lie:
+    {category: index array shaped as their results (model: (10, 21), the
+    noises (21, 10), response and delay (21,), perturbation (50,))}."""
+    from grpo_ctrl.sim import BatchSim
+    sim = BatchSim(SYSTEM, 1, preset)
+    p = {k: float(v[0]) for k, v in sim.plant().items()}
+    steps, g = sim.spec.max_steps, grids(preset)
+    n_model, n_noise = len(MODEL_PARAMS) * N_VAR, N_VAR * REPETITIONS
+    sizes = {"model": n_model, "velocity_noise": n_noise, "torque_noise": n_noise,
+             "torque_response": N_VAR, "delay": N_VAR, "perturbation": PUSH_RUNS}
+    starts = np.cumsum([0, *sizes.values()])
+    where = {c: np.arange(a, a + sizes[c]) for c, a in zip(CATEGORIES, starts)}
+    runs = Runs.nominal(int(starts[-1]), steps)
+    params = {k: np.full(runs.delay.size, v) for k, v in p.items()}
+    for i, name in enumerate(MODEL_PARAMS):
+        for j, value in enumerate(g["model"][name]):
+            for k, v in _model_params(name, value, p).items():
+                params[k][where["model"][i * N_VAR + j]] = v
+    runs.params = {k: v for k, v in params.items() if np.any(v != p[k])}
+    runs.vel_sigma[where["velocity_noise"]] = np.repeat(g["velocity_noise"], REPETITIONS)
+    runs.u_sigma[where["torque_noise"]] = np.repeat(g["torque_noise"], REPETITIONS)
+    runs.response[where["torque_response"]] = g["torque_response"]
+    # their n_delay = int(delay / dt) + 1 samples back in the record: delay / dt steps
+    runs.delay[where["delay"]] = (g["delay"] / sim.spec.dt).astype(int)
+    rng = np.random.default_rng(seed)
+    actuated = int(sim.model.actuated)
+    for b in where["perturbation"]:
+        # the passive joint's pulses are drawn but do not act: their plant's B
+        # matrix zeroes the torque of a joint whose limit is 0
+        runs.push[b] = draw_pushes(rng, steps, sim.spec.dt)[actuated]
+    shapes = {"model": (len(MODEL_PARAMS), N_VAR), "velocity_noise": (N_VAR, REPETITIONS),
+              "torque_noise": (N_VAR, REPETITIONS)}
+    return runs, {c: w.reshape(shapes.get(c, w.shape)) for c, w in where.items()}
+
+
+def upright(x) -> np.ndarray:
+    """Their success test of final states ``x (B, 4)`` (ours): within
+    ``GOAL_EPS`` of upright, the shoulder wrapped to [0, 2 pi) in their
+    angle, the elbow to [-pi, pi)."""
+    x = np.asarray(x, dtype=float)
+    q1 = np.mod(x[:, 0] + np.pi, 2 * np.pi)
+    q2 = np.mod(x[:, 1] + np.pi, 2 * np.pi) - np.pi
+    return ((np.abs(q1 - np.pi) < GOAL_EPS[0]) & (np.abs(q2) < GOAL_EPS[1])
+            & (np.abs(x[:, 2]) < GOAL_EPS[2]) & (np.abs(x[:, 3]) < GOAL_EPS[3]))
+
+
+def run_perturbed(policy, preset: str, runs: Runs, x0=HANGING, seed: int = 0,
+                  record: bool = False):
+    """Their simulator's loop over all ``runs`` at once on our plant: each
+    step the measurement (the state ``delay`` steps ago, noise on the
+    velocities), the command ``u = policy(obs)``, the applied torque
+    ``clip(last + response (u - last) + N(0, u_sigma), +-u_max) + push`` with
+    ``last`` the torque applied the step before, then one RK4 step. Returns
+    the final states ``(B, 4)``; with ``record``, also the states ``(steps +
+    1, B, 4)`` and the applied torques ``(steps, B)``."""
+    from grpo_ctrl.sim import BatchSim
+    B = runs.delay.size
+    sim = BatchSim(SYSTEM, B, preset, u_max=_BIG_TORQUE)
+    meter = BatchSim(SYSTEM, B, preset)     # observes the measured states, by the C function
+    u_max, dt, steps = BatchSim(SYSTEM, 1, preset).spec.u_max, sim.spec.dt, runs.push.shape[1]
+    sim.reset()
+    x = np.broadcast_to(np.asarray(x0, dtype=float), (B, 4)).copy()
+    sim.set_state({"x": x})
+    sim.set_plant(runs.params)
+    if hasattr(policy, "reset"):
+        policy.reset(B)
+    rng = np.random.default_rng(seed)
+    depth = int(runs.delay.max()) + 1
+    ring = np.repeat(x[None], depth, axis=0)     # the last `depth` states
+    cols = np.arange(B)
+    noisy_v, noisy_u = np.any(runs.vel_sigma > 0), np.any(runs.u_sigma > 0)
+    # their pulse index int(t / dt), t summed step by step (it lags k from step 1007 on)
+    t, index = 0.0, np.empty(steps, int)
+    for k in range(steps):
+        index[k] = int(t / dt)
+        t += dt
+    last = np.zeros(B)
+    xs, us = (np.empty((steps + 1, B, 4)), np.empty((steps, B))) if record else (None, None)
+    for k in range(steps):
+        if record:
+            xs[k] = x
+        meas = ring[np.maximum(k - runs.delay, 0) % depth, cols]
+        if noisy_v:
+            meas[:, 2:] += runs.vel_sigma[:, None] * rng.standard_normal((B, 2))
+        meter.set_state({"x": meas})
+        u = np.asarray(policy(meter.observe().copy()), dtype=float).reshape(B)
+        applied = last + runs.response * (u - last)
+        if noisy_u:
+            applied = applied + runs.u_sigma * rng.standard_normal(B)
+        applied = np.clip(applied, -u_max, u_max) + runs.push[:, index[k]]
+        last = applied
+        if record:
+            us[k] = applied
+        sim.step(applied.astype(np.float32))
+        x = sim.get_state()["x"]
+        ring[(k + 1) % depth] = x
+    if record:
+        xs[steps] = x
+        return x, xs, us
+    return x
+
+
+@dataclass(frozen=True)
+class Robustness:
+    """Successes per category, shaped as theirs, and the scores."""
+    preset: str
+    successes: dict
+
+    def scores(self) -> dict:
+        """Each category's share (benchmark_scores.py): the model's over all
+        210 runs; a noise value succeeds where more than half its runs do."""
+        s = self.successes
+        out = {"model": float(np.mean(s["model"]))}
+        for c in ("velocity_noise", "torque_noise"):
+            out[c] = float(np.mean(np.mean(s[c], axis=1) > 0.5))
+        for c in ("torque_response", "delay", "perturbation"):
+            out[c] = float(np.mean(s[c]))
+        return out
+
+    @property
+    def score(self) -> float:
+        """The overall robustness score: the six categories' mean."""
+        return float(np.mean(list(self.scores().values())))
+
+
+def robustness(policy, preset: str = "acrobot", seed: int = 0, x0=HANGING) -> Robustness:
+    """RealAIGym's robustness benchmark v2 of ``policy`` (observations
+    ``(B, 6)`` to torques ``(B,)``) on ``preset``: 722 runs of 10 s, batched."""
+    runs, where = benchmark_runs(preset, seed)
+    final = upright(run_perturbed(policy, preset, runs, x0, seed + 1))
+    return Robustness(preset, {c: final[w] for c, w in where.items()})
+
+
+def controller_policy(controller):
+    """A stateless controller (``grpo_ctrl.controller``) as a benchmark policy."""
+    from grpo_ctrl.controller import act
+    return lambda obs: act(controller, obs).astype(np.float64)
+
+
+def score_table(controllers: dict) -> str:
+    """Each criterion of one simulation-v2 run of every controller, beside the published top."""
+    robot = robot_of(next(iter(controllers.values())).spec.preset)
+    cols = {}
+    for name, c in controllers.items():
+        (tr,) = simulate(controller_policy(c), robot)
+        cols[name] = evaluate(tr)
+    w = max(12, *(len(n) + 2 for n in cols))
+    n = NORMALISERS["simulation"]
+    top = PUBLISHED_TOPS[(robot, "simulation_v2")]
+    lines = [f"RealAIGym double pendulum, simulation v2 ({SYSTEM}/{robot}): one run from "
+             "hanging at rest, 10 s", f"{'criterion':<30}{'norm':>6}" +
+             "".join(f"{k:>{w}}" for k in cols)]
+    for k in CRITERIA:
+        lines.append(f"{k + ' [' + UNITS[k] + ']':<30}{n[k]:>6g}" +
+                     "".join(f"{c[k]:>{w}.3f}" for c in cols.values()))
+    lines.append(f"{'success':<36}" + "".join(f"{str(c['success']):>{w}}" for c in cols.values()))
+    lines.append(f"{'RealAI score':<36}" + "".join(f"{c['score']:>{w}.3f}" for c in cols.values()))
+    lines.append(f"published top: {top[0]} {top[1]:.3f}")
+    return "\n".join(lines)
+
+
+def robustness_table(controllers: dict, seed: int = 0) -> str:
+    """The six categories of every controller, beside the published top."""
+    robot = robot_of(next(iter(controllers.values())).spec.preset)
+    rows = {name: robustness(controller_policy(c), robot, seed) for name, c in controllers.items()}
+    w = max(12, *(len(n) + 2 for n in rows))
+    top = PUBLISHED_TOPS[(robot, "robustness_v2")]
+    lines = [f"RealAIGym double pendulum, robustness v2 ({SYSTEM}/{robot}): 722 runs of 10 s "
+             f"from hanging at rest, seed {seed}; success = the final state within 0.35 rad "
+             "and 1 rad/s of upright", f"{'category [% success]':<24}" +
+             "".join(f"{k:>{w}}" for k in rows)]
+    scores = {name: r.scores() for name, r in rows.items()}
+    for c in CATEGORIES:
+        lines.append(f"{TITLES[c]:<24}" + "".join(f"{100 * s[c]:>{w}.1f}" for s in scores.values()))
+    lines.append(f"{'robustness score':<24}" + "".join(f"{r.score:>{w}.3f}" for r in rows.values()))
+    lines.append(f"published top: {top[0]} {top[1]:.3f}")
+    return "\n".join(lines)
