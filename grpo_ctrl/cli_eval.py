@@ -11,7 +11,9 @@ mean |du| / u_max per step, and the share of steps where du changes sign.
 ``--robustness`` runs the robustness benchmark (``grpo_ctrl.robustness``) on
 one or more runs and baselines of one plant, in one table. ``--score realaigym``
 and ``--robustness realaigym`` score pendulum/realaigym controllers as RealAIGym's
-leaderboards do (``grpo_ctrl.realaigym``, docs/realaigym.md).
+leaderboards do (``grpo_ctrl.realaigym``, docs/realaigym.md), and double_pendulum
+controllers by its simulation v2 and robustness v2 (``grpo_ctrl.realaigym_double``,
+docs/double_pendulum.md).
 """
 from __future__ import annotations
 
@@ -111,8 +113,23 @@ def run_robustness(controllers: dict, args) -> int:
     return 0
 
 
+def run_realaigym_double(controllers: dict, args) -> int:
+    """RealAIGym's double pendulum leaderboards: simulation v2 and robustness v2."""
+    from grpo_ctrl import realaigym_double
+    if args.episodes:
+        raise UserError("RealAIGym's double pendulum benchmark fixes its runs (robustness v2: "
+                        "722 of 10 s); drop --episodes")
+    if args.score:
+        print(realaigym_double.score_table(controllers))
+    if args.robustness:
+        print(realaigym_double.robustness_table(controllers, args.seed))
+    return 0
+
+
 def run_realaigym(controllers: dict, args) -> int:
     from grpo_ctrl import realaigym
+    if next(iter(controllers.values())).spec.system == "double_pendulum":
+        return run_realaigym_double(controllers, args)
     realaigym.check_plant(controllers)
     if args.score:
         print(realaigym.score_table(controllers))
