@@ -38,6 +38,14 @@ Angles: ours, shoulder zero UPRIGHT (``theta1``), elbow relative
 ``q1 = theta1 + pi``; the same elbow; the same torque signs. The criteria
 use angle differences and the end effector's height, so the convention does
 not change a score; ``from_realaigym`` converts their CSVs.
+
+Robustness v2 (``robustness``; ``leaderboard/<robot>/robustness_v2/
+benchmark_controller.py``, ``analysis/benchmark.py``, ``benchmark_scores.py``):
+722 runs from hanging, each judged on its final state (0.35 rad, 1 rad/s of
+upright), in six categories whose shares of successes are averaged: model
+parameters one at a time, velocity noise and torque noise (21 values x 10
+runs, a value counting where more than half succeed), torque response,
+measurement delay, torque pulses (docs/double_pendulum.md, Robustness v2).
 """
 from __future__ import annotations
 
