@@ -213,6 +213,26 @@ def test_the_categories_average_as_theirs():
     assert r.score == pytest.approx(sum(want.values()) / 6, rel=1e-15)
 
 
+@pytest.mark.parametrize("robot", ["acrobot", "pendubot"])
+def test_their_published_rows_fit_our_category_sizes_and_average(robot):
+    """Every published percentage is a whole number of our runs or grid values
+    (model k/210, the noises, response and delay k/21, perturbations k/50), and
+    those counts, scored by ``Robustness``, give the published overall score."""
+    sizes = (210, 21, 21, 21, 21, 50)
+    assert R.PUBLISHED_TOPS[(robot, "robustness_v2")][1] == max(
+        row[6] for row in R.PUBLISHED_ROBUSTNESS[robot].values())
+    for name, row in R.PUBLISHED_ROBUSTNESS[robot].items():
+        counts = [round(pct / 100 * n) for pct, n in zip(row[:6], sizes)]
+        assert all(abs(100 * k / n - pct) <= 0.05 + 1e-9
+                   for k, n, pct in zip(counts, sizes, row[:6])), name
+        model = np.arange(210).reshape(10, 21) < counts[0]
+        noise = [np.tile(np.arange(10) < 6, (21, 1)) & (np.arange(21) < k)[:, None]
+                 for k in counts[1:3]]
+        flags = [np.arange(n) < k for k, n in zip(counts[3:], sizes[3:])]
+        r = R.Robustness(robot, dict(zip(R.CATEGORIES, [model, *noise, *flags])))
+        assert round(r.score, 3) == row[6], name
+
+
 def test_success_is_their_wrapped_final_state():
     x = np.array([[0.3, -0.3, 0.9, -0.9], [2 * np.pi + 0.3, 2 * np.pi - 0.3, 0, 0],
                   [0.36, 0, 0, 0], [0, 0.36, 0, 0], [0, 0, 1.01, 0], [np.pi, 0, 0, 0]])
@@ -227,11 +247,13 @@ def test_cli_scores_the_lqr_baseline_beside_the_published_tops(capsys):
     assert main(["eval", "--controller", "lqr", "--system", "double_pendulum", "--preset",
                  "pendubot", "--score", "realaigym", "--robustness", "realaigym"]) == 0
     out = capsys.readouterr().out
-    assert "History-SAC 0.682" in out and "AR-EAPO 0.913" in out
-    rows = {line.split("  ")[0]: line.split()[-1] for line in out.splitlines()}
+    assert "History-SAC 0.682" in out and "AR-EAPO*" in out
+    rows = {line.split("  ")[0]: line.split()[-2:] for line in out.splitlines()}
     assert set(R.TITLES.values()) <= set(rows)
-    assert rows["RealAI score"] == "0.000"     # an LQR does not swing up from hanging
-    assert 0 <= float(rows["robustness score"]) < 0.1
+    assert rows["RealAI score"][-1] == "0.000"     # an LQR does not swing up from hanging
+    ours, top = (float(v) for v in rows["robustness score"])
+    assert 0 <= ours < 0.1 and top == 0.913
+    assert rows["Perturbations"] == ["0.0", "98.0"]
 
 
 def test_cli_refuses_episodes_for_the_double_pendulum(capsys):
