@@ -50,12 +50,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="evaluate on Gymnasium's Pendulum-v1 (pendulum/gym controllers only)")
     p.add_argument("--score", choices=("realaigym",),
                    help="realaigym: RealAIGym's RealAI score of one run from hanging at rest, "
-                        "each criterion beside their entries (pendulum/realaigym; "
-                        "docs/realaigym.md)")
+                        "each criterion beside their entries (pendulum/realaigym, "
+                        "docs/realaigym.md; double_pendulum: simulation v2, "
+                        "docs/double_pendulum.md)")
     p.add_argument("--robustness", nargs="?", const=True, default=False, metavar="realaigym",
                    help="the robustness benchmark: success under parameter, delay, noise, motor "
                         "and push perturbations, a table and a PNG (docs/robustness.md); "
-                        "'--robustness realaigym': RealAIGym's four categories instead; "
+                        "'--robustness realaigym': RealAIGym's four categories instead "
+                        "(double_pendulum: robustness v2's six); "
                         "--episodes per grid point (default 20), 10x that in the realistic row")
     p.add_argument("--out", help="folder for the robustness table, JSON and PNG (default: the "
                                  "first run's folder, else robustness-SYSTEM-PRESET)")

@@ -41,6 +41,13 @@ def test_the_grids_are_theirs(preset):
     assert (g["delay"][[0, 1, -1]] == [0, 0.002, 0.04]).all()
 
 
+def test_a_preset_enters_its_robots_leaderboard():
+    assert [R.robot_of(p) for p in ("acrobot", "acrobot-real", "pendubot", "pendubot-real")] == [
+        "acrobot", "acrobot", "pendubot", "pendubot"]
+    with pytest.raises(ValueError, match="preset"):
+        R.robot_of("gym")
+
+
 def test_the_722_runs_carry_their_settings():
     runs, where = R.benchmark_runs("acrobot")
     p = nominal()
