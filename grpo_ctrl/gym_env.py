@@ -7,7 +7,8 @@ else in grpo_ctrl imports this module.
 * ``SimVectorEnv``: ``num_envs`` environments stepped in one C call,
   a ``gymnasium.vector.VectorEnv``.
 
-Both work for every plant (``system="pendulum" | "cartpole" | "furuta"``)
+Both work for every plant (``system="pendulum" | "cartpole" | "furuta" |
+"double_pendulum"``)
 and take the model overrides of ``BatchSim`` (``delay=2``,
 ``noise_std=[...]``, ...). Episodes end inside the simulator: ``truncated``
 comes at the preset's ``max_steps``, so do not add a ``TimeLimit`` wrapper.
@@ -16,12 +17,15 @@ Registered ids (``import grpo_ctrl`` registers them when gymnasium is
 installed; so does importing this module), one per plant, the preset a
 keyword (default: the plant's first), other keywords as ``SimEnv`` takes them:
 
-=============================  ==============================================
-``grpo_ctrl/Pendulum-v0``      ``preset="gym"`` (Pendulum-v1 exactly), ``"rig"``
-``grpo_ctrl/CartPole-v0``      ``preset="gym"`` (CartPole-v1, continuous force),
-                               ``"swingup"``
-``grpo_ctrl/Furuta-v0``        ``preset="qube-servo2"``
-=============================  ==============================================
+===============================  ==================================================
+``grpo_ctrl/Pendulum-v0``        ``preset="gym"`` (Pendulum-v1 exactly), ``"rig"``
+``grpo_ctrl/CartPole-v0``        ``preset="gym"`` (CartPole-v1, continuous force),
+                                 ``"swingup"``
+``grpo_ctrl/Furuta-v0``          ``preset="qube-servo2"``
+``grpo_ctrl/DoublePendulum-v0``  ``preset="acrobot"`` (RealAIGym's simulation
+                                 leaderboard v2), ``"pendubot"``, ``"acrobot-real"``,
+                                 ``"pendubot-real"``
+===============================  ==================================================
 
 >>> import gymnasium as gym, grpo_ctrl
 >>> env = gym.make("grpo_ctrl/Furuta-v0", render_mode="rgb_array")
@@ -227,7 +231,7 @@ PendulumSimEnv, PendulumSimVectorEnv = SimEnv, SimVectorEnv
 
 # registered id -> system; the preset is a keyword (default: the system's first)
 IDS = {"grpo_ctrl/Pendulum-v0": "pendulum", "grpo_ctrl/CartPole-v0": "cartpole",
-       "grpo_ctrl/Furuta-v0": "furuta"}
+       "grpo_ctrl/Furuta-v0": "furuta", "grpo_ctrl/DoublePendulum-v0": "double_pendulum"}
 
 
 def register_ids() -> None:

@@ -19,7 +19,11 @@ What is drawn (a grey bar at the bottom shows the command, its length
 * ``furuta``: the arm turning in a horizontal plane and the pendulum at its
   tip, seen from the front and 25 degrees above (an oblique projection; the
   arm's circle drawn in grey), so that the swing and the arm's turn show
-  together.
+  together;
+* ``double_pendulum``: both links from the shoulder at the centre, upright
+  at angle 0, counter-clockwise positive, the elbow angle relative to the
+  first link (RealAIGym's acrobot and pendubot), the motor drawn as a dark
+  disc on the joint it drives.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from grpo_ctrl.errors import UserError
+from grpo_ctrl.plant_file import nominal_params
 
 BACKGROUND = (255, 255, 255)
 POLE_COLOUR = (204, 77, 77)        # Gymnasium's classic-control pole colour
@@ -75,6 +80,17 @@ def shapes(spec, x) -> tuple[list, list, tuple[float, float, float, float]]:
                      (*project(a), *project(tip), 0.045, POLE_COLOUR)]
         return segments, [(0.0, 0.0, 0.05, BODY), (*project(tip), 0.035, POLE_COLOUR)], (
             -1.35, 1.35, -1.2, 1.5)
+    if spec.system == "double_pendulum":
+        p = nominal_params(spec)
+        th1, th12 = x[0], x[0] + x[1]
+        elbow = (-p["l1"] * math.sin(th1), p["l1"] * math.cos(th1))
+        tip = (elbow[0] - p["l2"] * math.sin(th12), elbow[1] + p["l2"] * math.cos(th12))
+        reach = 1.3 * (p["l1"] + p["l2"])
+        w = 0.04 * (p["l1"] + p["l2"])
+        motor = (0.0, 0.0) if spec.preset.startswith("pendubot") else elbow
+        return ([(0.0, 0.0, *elbow, w, BODY), (*elbow, *tip, w, POLE_COLOUR)],
+                [(0.0, 0.0, 0.8 * w, TRACK), (*motor, 1.4 * w, BODY), (*tip, 0.7 * w, POLE_COLOUR)],
+                (-reach, reach, -reach, reach))
     raise ValueError(f"no drawing for the system {spec.system!r}")
 
 

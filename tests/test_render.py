@@ -153,3 +153,36 @@ def test_an_mp4_without_ffmpeg_says_so(tmp_path):
     r = cli("eval", "--controller", "lqr", "--system", "pendulum", "--video", "x.mp4",
             cwd=tmp_path, timeout=120)
     assert r.returncode == 2 and "needs ffmpeg" in r.stderr
+
+
+@pytest.mark.parametrize("preset", ["acrobot", "pendubot"])
+def test_double_pendulum_frames_put_the_links_where_the_angles_say(preset):
+    """The second link (red) of the drawn double pendulum against its
+    forward kinematics: every red pixel lies on the elbow-to-tip segment
+    (within the link's half-width) and the red reaches the tip, for link
+    angles around the circle; the dark motor disc sits on the actuated joint
+    (the elbow for the acrobot, the shoulder for the pendubot)."""
+    from grpo_ctrl.plant_file import nominal_params
+    spec = plant_spec("double_pendulum", preset)
+    p = nominal_params(spec)
+    size = 400
+    scale = size / (2 * 1.3 * (p["l1"] + p["l2"]))
+    half = 0.04 * (p["l1"] + p["l2"]) * scale  # the links' half-width in pixels
+    for th1, th2 in [(0.0, 0.0), (math.pi, 0.0), (math.pi / 2, 0.0), (-math.pi / 2, math.pi / 2),
+                     (0.7, -2.0), (2.5, 1.0)]:
+        img = render.frame(spec, [th1, th2, 0.0, 0.0], 0.0, size)
+        red = (img[..., 0] > 150) & (img[..., 1] < 120) & (img[..., 2] < 120)
+        ex, ey = -p["l1"] * math.sin(th1), p["l1"] * math.cos(th1)
+        tx, ty = ex - p["l2"] * math.sin(th1 + th2), ey + p["l2"] * math.cos(th1 + th2)
+        (ec, er), (tc, tr) = [(size / 2 + scale * x, size / 2 - scale * y)
+                              for x, y in ((ex, ey), (tx, ty))]
+        rows, cols = np.nonzero(red)
+        cols, rows = cols + 0.5, rows + 0.5
+        dc, dr = tc - ec, tr - er
+        s_ = np.clip(((cols - ec) * dc + (rows - er) * dr) / (dc * dc + dr * dr), 0, 1)
+        off = np.hypot(cols - ec - s_ * dc, rows - er - s_ * dr)
+        assert off.max() < half + 1.5, (th1, th2, off.max())
+        assert np.hypot(cols - tc, rows - tr).min() < 1.5 and s_.max() == 1.0, (th1, th2)
+        motor = (0.0, 0.0) if preset == "pendubot" else (ex, ey)
+        r, c = int(size / 2 - scale * motor[1]), int(size / 2 + scale * motor[0])
+        assert (img[r, c] < 80).all(), (th1, th2, img[r, c])
