@@ -81,6 +81,10 @@ PUBLISHED_TOPS = {
     ("pendubot", "real_hardware_v2"): ("MC-PILCO", 0.598),
 }
 
+# the simulation v2 tops' criteria as their pages show them (CRITERIA's order)
+PUBLISHED_SIMULATION_TOP = {"acrobot": (1.0, 8.08, 1.8, 0.01, 88.5),
+                            "pendubot": (1.15, 7.67, 2.36, 0.007, 62.07)}
+
 
 @dataclass(frozen=True)
 class Trajectory:
@@ -468,9 +472,11 @@ def score_table(controllers: dict) -> str:
     for name, c in controllers.items():
         (tr,) = simulate(controller_policy(c), robot)
         cols[name] = evaluate(tr)
+    top = PUBLISHED_TOPS[(robot, "simulation_v2")]
+    cols[top[0] + "*"] = {**dict(zip(CRITERIA, PUBLISHED_SIMULATION_TOP[robot])),
+                          "success": True, "score": top[1]}
     w = max(12, *(len(n) + 2 for n in cols))
     n = NORMALISERS["simulation"]
-    top = PUBLISHED_TOPS[(robot, "simulation_v2")]
     lines = [f"RealAIGym double pendulum, simulation v2 ({SYSTEM}/{robot}): one run from "
              "hanging at rest, 10 s", f"{'criterion':<30}{'norm':>6}" +
              "".join(f"{k:>{w}}" for k in cols)]
@@ -479,7 +485,7 @@ def score_table(controllers: dict) -> str:
                      "".join(f"{c[k]:>{w}.3f}" for c in cols.values()))
     lines.append(f"{'success':<36}" + "".join(f"{str(c['success']):>{w}}" for c in cols.values()))
     lines.append(f"{'RealAI score':<36}" + "".join(f"{c['score']:>{w}.3f}" for c in cols.values()))
-    lines.append(f"published top: {top[0]} {top[1]:.3f}")
+    lines.append(f"* the published top of simulation v2 ({robot})")
     return "\n".join(lines)
 
 
