@@ -410,12 +410,14 @@ def run_perturbed(policy, preset: str, runs: Runs, x0=HANGING, seed: int = 0,
         meas = ring[np.maximum(k - runs.delay, 0) % depth, cols]
         if noisy_v:
             meas[:, 2:] += runs.vel_sigma[:, None] * rng.standard_normal((B, 2))
+        meas[~np.isfinite(meas).all(axis=1)] = 0.0     # a blown-up run (it fails) reads zeros
         meter.set_state({"x": meas})
         u = np.asarray(policy(meter.observe().copy()), dtype=float).reshape(B)
         applied = last + runs.response * (u - last)
         if noisy_u:
             applied = applied + runs.u_sigma * rng.standard_normal(B)
         applied = np.clip(applied, -u_max, u_max) + runs.push[:, index[k]]
+        applied[~np.isfinite(applied)] = 0.0    # a policy's NaN: that run gets no torque
         last = applied
         if record:
             us[k] = applied

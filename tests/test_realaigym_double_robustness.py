@@ -162,6 +162,18 @@ def test_pulses_add_to_the_clipped_command_at_their_index():
     assert us[:, 0].max() > 6.4   # the pulse goes beyond the motor's limit
 
 
+def test_a_policy_that_answers_nan_gives_that_run_no_torque_and_stops_nothing():
+    def policy(obs):
+        u = np.zeros(len(obs))
+        u[0] = np.nan
+        return u
+    runs = R.Runs.nominal(2, 100)
+    x = R.run_perturbed(policy, "pendubot", runs, x0=UPRIGHT)
+    assert R.upright(x).tolist() == [True, True]       # no torque at upright: it stays
+    x = R.run_perturbed(lambda obs: np.full(len(obs), np.inf), "pendubot", runs)
+    assert np.isfinite(x).all()                        # +inf clips to the limit
+
+
 def test_an_unperturbed_run_is_the_benchmark_simulation():
     def policy(obs):
         return 3.0 * obs[:, 1].astype(float) - 0.5 * obs[:, 5]
