@@ -172,6 +172,12 @@ def test_a_policy_that_answers_nan_gives_that_run_no_torque_and_stops_nothing():
     assert R.upright(x).tolist() == [True, True]       # no torque at upright: it stays
     x = R.run_perturbed(lambda obs: np.full(len(obs), np.inf), "pendubot", runs)
     assert np.isfinite(x).all()                        # +inf clips to the limit
+    # a damping of -50 N m s blows the first run up (it fails); the second swings on
+    runs = R.Runs.nominal(2, 5000)
+    runs.params = {"b1": np.array([-50.0, 0.0])}
+    x = R.run_perturbed(lambda obs: np.zeros(len(obs)), "pendubot", runs, x0=(3.0, 0, 1.0, 0))
+    assert not np.isfinite(x[0]).all() and np.isfinite(x[1]).all()
+    assert not R.upright(x).any()
 
 
 def test_an_unperturbed_run_is_the_benchmark_simulation():
