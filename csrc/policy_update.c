@@ -320,3 +320,35 @@ int pu_mean(const pu_net *net, const pu_batch *bt, const int64_t *rows, int nrow
   }
   return PU_OK;
 }
+
+int pu_loss_steps(int B, int L, const float *z, const float *mu, const uint8_t *alive,
+                  const double *adv_branch, float saturated, float log_std, float inv_std,
+                  float half_log_2pi, float *z_out, float *mu_out, float *logp_old, float *mask,
+                  float *adv, int nobs, const float *raw, const float *obs_mean,
+                  const float *obs_scale, float *obs)
+{
+  if (B < 1 || L < 1 || !z || !mu || !alive || !adv_branch || !z_out || !mu_out || !logp_old ||
+      !mask || !adv || (obs && (nobs < 1 || !raw || !obs_mean || !obs_scale)))
+    return PU_ERR_ARGS;
+  for (int t = 0; t < L; ++t) {
+    const float *zt = z + (size_t)t * B, *mut = mu + (size_t)t * B;
+    const uint8_t *at = alive + (size_t)t * B;
+    for (int b = 0; b < B; ++b) {
+      const size_t o = (size_t)b * L + t;
+      const float u = (zt[b] - mut[b]) * inv_std;
+      z_out[o] = zt[b];
+      mu_out[o] = mut[b];
+      logp_old[o] = -0.5f * (u * u) - log_std - half_log_2pi;
+      mask[o] = at[b] ? 1.0f : 0.0f;
+      adv[o] = fabsf(mut[b]) > saturated ? 0.0f : (float)adv_branch[b];
+    }
+  }
+  if (obs)
+    for (int t = 0; t < L; ++t)
+      for (int b = 0; b < B; ++b) {
+        const float *r = raw + ((size_t)t * B + b) * nobs;
+        float *x = obs + ((size_t)b * L + t) * nobs;
+        for (int k = 0; k < nobs; ++k) x[k] = (r[k] - obs_mean[k]) * obs_scale[k];
+      }
+  return PU_OK;
+}

@@ -97,4 +97,23 @@ int pu_gradient(const pu_net *net, float log_std, const pu_batch *batch, const i
 int pu_mean(const pu_net *net, const pu_batch *batch, const int64_t *rows, int nrows, float *mu,
             float *work);
 
+/* A rollout's loss steps in pu_batch's layout (GroupRollout.collect): from
+ * pr_rollout's step-major arrays (decision t of branch b at [t * B + b]), the
+ * first L decisions of each of the B branches, branch-major ([b * L + t]):
+ *   z_out, mu_out  z and mu, copied
+ *   logp_old       log N(z; mu, sigma^2), rounded as gaussian_log_prob
+ *                  (grpo_ctrl/policy.py) rounds it, one float32 operation at a
+ *                  time: -0.5 ((z - mu) inv_std)^2 - log_std - half_log_2pi
+ *   mask           1 where alive[t * B + b] (0 or 1) is set, else 0
+ *   adv            the branch's advantage adv_branch[b] as float, 0 where
+ *                  |mu| > saturated (INFINITY: never)
+ *   obs            (raw - obs_mean) * obs_scale, [B * L * nobs] from raw
+ *                  [L * B * nobs] (NULL: not made)
+ * Returns PU_OK or PU_ERR_ARGS (a size below 1, a missing array). */
+int pu_loss_steps(int B, int L, const float *z, const float *mu, const uint8_t *alive,
+                  const double *adv_branch, float saturated, float log_std, float inv_std,
+                  float half_log_2pi, float *z_out, float *mu_out, float *logp_old, float *mask,
+                  float *adv, int nobs, const float *raw, const float *obs_mean,
+                  const float *obs_scale, float *obs);
+
 #endif /* POLICY_UPDATE_H */

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from grpo_ctrl._pendsim import ffi, lib
-from grpo_ctrl.policy import FourierFeatures, GaussianPolicy
+from grpo_ctrl.policy import LOG_2PI, FourierFeatures, GaussianPolicy
 
 # policy -> its CGradient, kept while the policy lives
 _BUILT: "weakref.WeakKeyDictionary[GaussianPolicy, CGradient]" = weakref.WeakKeyDictionary()
@@ -152,3 +152,46 @@ class CGradient:
         if rc:
             raise ValueError("pu_mean: malformed network, batch or rows")
         return mu
+
+
+
+def loss_steps(policy: GaussianPolicy, L: int, z: np.ndarray, mu: np.ndarray,
+               alive: np.ndarray, adv_branch: np.ndarray, saturated: float,
+               raw: np.ndarray | None) -> dict:
+    """A rollout's loss steps as a Batch holds them, in one C pass (csrc/policy_update.h,
+    ``pu_loss_steps``): from the rollout's step-major float32 z and mu (>= L, B) and bool
+    alive (>= L, B), the first L steps of each branch, branch-major, as float32 tensors
+    (B, L): "z", "mu", "logp_old" (``gaussian_log_prob`` under the policy's log std, bit for
+    bit), "mask" (alive as 1 or 0), "adv" (``adv_branch`` (B,) float64 at each of the
+    branch's steps, 0 where |mu| > ``saturated``, compared in float32 as torch compares;
+    inf: nowhere); with ``raw`` (>= L, B, nobs) float32, "obs" (B, L, nobs), as
+    ``policy.normalise`` makes it."""
+    B = adv_branch.shape[0]
+    want = [(z, np.float32, 2), (mu, np.float32, 2), (alive, np.bool_, 2),
+            (adv_branch, np.float64, 1)] + ([(raw, np.float32, 3)] if raw is not None else [])
+    for a, dtype, ndim in want:
+        if (a.dtype != dtype or a.ndim != ndim or not a.flags.c_contiguous
+                or (ndim > 1 and (a.shape[0] < L or a.shape[1] != B))):
+            raise ValueError("loss_steps: z, mu, alive (>= L, B), adv_branch (B,) and raw "
+                             "(>= L, B, nobs) must be C-contiguous, float32 but for alive "
+                             "(bool) and adv_branch (float64)")
+    log_std = policy.log_std.detach()
+    inv_std = float(torch.exp(-log_std))  # the one exp, torch's, as gaussian_log_prob takes it
+    got = {k: torch.empty(B, L) for k in ("z", "mu", "logp_old", "mask", "adv")}
+    obs_args = (0, ffi.NULL, ffi.NULL, ffi.NULL, ffi.NULL)
+    if raw is not None:
+        if raw.shape[2] != policy.arch["nobs"]:
+            raise ValueError(f"loss_steps: raw has {raw.shape[2]} observations, the policy "
+                             f"{policy.arch['nobs']}")
+        got["obs"] = torch.empty(B, L, raw.shape[2])
+        obs_args = (raw.shape[2], ffi.from_buffer("float[]", raw), _floats(policy._obs_mean),
+                    _floats(policy._obs_inv_std), _floats(got["obs"]))
+    rc = lib.pu_loss_steps(B, L, ffi.from_buffer("float[]", z), ffi.from_buffer("float[]", mu),
+                           ffi.from_buffer("uint8_t[]", alive.view(np.uint8)),
+                           ffi.from_buffer("double[]", adv_branch), saturated,
+                           float(log_std[0]), inv_std, 0.5 * LOG_2PI,
+                           *(_floats(got[k]) for k in ("z", "mu", "logp_old", "mask", "adv")),
+                           *obs_args)
+    if rc:
+        raise ValueError("pu_loss_steps: malformed arguments")
+    return got

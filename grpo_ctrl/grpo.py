@@ -36,7 +36,7 @@ from grpo_ctrl import runtime  # first: it sets the OpenMP environment before to
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from grpo_ctrl.c_gradient import CGradient  # noqa: E402
+from grpo_ctrl.c_gradient import CGradient, loss_steps  # noqa: E402
 from grpo_ctrl.distributed import Ranks  # noqa: E402
 from grpo_ctrl.errors import UserError  # noqa: E402
 from grpo_ctrl.grpo_config import GRPOConfig, check_config  # noqa: E402
@@ -66,12 +66,14 @@ class Exploration:
         self.horizon, self.groups, self.size = cfg.horizon, cfg.num_starts, cfg.group_size
         self.mean_branch = cfg.continuation == "mean"
 
-    def spread(self, log_std: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        """sigma e of every decision (horizon, branches), in units of z."""
-        noise = torch.randn(self.horizon, self.groups * self.size, generator=gen)
+    def spread(self, log_std: torch.Tensor, gen: torch.Generator,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        """sigma e of every decision (horizon, branches), in units of z; into ``out`` where
+        given (the rollout's own buffer: the same draws)."""
+        noise = torch.randn(self.horizon, self.groups * self.size, generator=gen, out=out)
         if self.mean_branch:
             noise.view(self.horizon, self.groups, self.size)[:, :, 0] = 0.0
-        return noise * torch.exp(log_std)  # the scale once, not an exp and a product a step
+        return noise.mul_(torch.exp(log_std))  # the scale once, not an exp and a product a step
 
     def sampled(self, mask: np.ndarray) -> np.ndarray:
         """The loss mask (branches, loss steps) without the branches that did not sample."""
@@ -133,6 +135,16 @@ class GroupRollout:
         self.sim_steps = 0
         self.exploration = Exploration(cfg)
         self.discounts = cfg.gamma ** np.arange(cfg.horizon)  # a branch's return: these . rewards
+        # made once, used by every batch: the copies' checked indices (branch: pool -> group;
+        # the states at step loss_steps: group -> snapshot) and the rollout's scratch (what
+        # leaves in a Batch is made fresh for each)
+        B, H = n * g, cfg.horizon
+        self._queries, self._first = np.arange(n), np.arange(n) * g
+        self._branch = self.group.copier(np.arange(B), self.pool, np.repeat(self._queries, g))
+        self._keep_snapshot = self.snapshot.copier(np.arange(B), self.group, np.arange(B))
+        self._noise, self._z, self._mu = (torch.empty(H, B) for _ in range(3))
+        self._rewards, self._alive = np.empty((H, B)), np.empty((H + 1, B), dtype=bool)
+        self._last_act = np.empty(B, np.float32)
         # the backend, chosen once: the C loop where the network allows (ReLU)
         self._roll = (self._roll_c if cfg.c_rollout and cfg.activation == "relu"
                       else self._roll_torch)
@@ -141,28 +153,29 @@ class GroupRollout:
         """Fresh trajectories in the whole pool, from ``seed`` (a resumed run)."""
         self.pool.reset(seed=seed)
 
-    def _buffers(self, b: int, nobs: int) -> tuple:
-        H = self.cfg.horizon
-        alive = np.ones((H + 1, b), dtype=bool)  # alive[t]: not terminated before step t
-        return (torch.empty(H, b, nobs), torch.empty(H, b), torch.empty(H, b),
-                np.empty((H, b)), alive)
+    def _buffers(self, nobs: int) -> tuple:
+        """The raw observations (fresh: a Batch keeps them), z, mu, rewards and alive
+        (the rollout's own)."""
+        self._alive[0] = True  # alive[t]: not terminated before step t
+        return (torch.empty(self.cfg.horizon, self._alive.shape[1], nobs), self._z, self._mu,
+                self._rewards, self._alive)
 
     def _roll_c(self, policy: GaussianPolicy, sim: BatchSim, spread: torch.Tensor) -> tuple:
         """``_roll_torch`` in one C loop (csrc/policy_rollout.c): 2x faster (docs/grpo.md)."""
         c_net = policy.c_mean_network()
         if c_net is None:  # a policy C does not run, whatever the config says
             return self._roll_torch(policy, sim, spread)
-        cfg, b, L, H = self.cfg, sim.num_envs, self.cfg.loss_steps, self.cfg.horizon
-        raw, z, mu, rewards, alive = self._buffers(b, sim.observe().shape[1])
-        last_act, spread_np, raw_np = np.zeros(b, np.float32), spread.numpy(), raw.numpy()
+        cfg, L, H = self.cfg, self.cfg.loss_steps, self.cfg.horizon
+        raw, z, mu, rewards, alive = self._buffers(sim.observe().shape[1])
+        spread_np, raw_np, z_np, mu_np = spread.numpy(), raw.numpy(), z.numpy(), mu.numpy()
         for lo, hi in ((0, L), (L, H)):
             if lo < hi:
-                sim.roll_policy(*c_net, spread_np[lo:hi], raw_np[lo:hi], mu.numpy()[lo:hi],
-                                z.numpy()[lo:hi], rewards[lo:hi], alive[lo:hi + 1], last_act,
+                sim.roll_policy(*c_net, spread_np[lo:hi], raw_np[lo:hi], mu_np[lo:hi],
+                                z_np[lo:hi], rewards[lo:hi], alive[lo:hi + 1], self._last_act,
                                 lo > 0, u_max=policy.u_max, w_du=cfg.w_du,
                                 repeat=cfg.action_repeat)
             if hi == L:
-                self.snapshot.copy_envs(np.arange(b), sim, np.arange(b))
+                self._keep_snapshot()
         return raw, z, mu, rewards, alive
 
     def _roll_torch(self, policy: GaussianPolicy, sim: BatchSim, spread: torch.Tensor) -> tuple:
@@ -173,7 +186,7 @@ class GroupRollout:
         alive (H + 1, b)."""
         cfg, H, b = self.cfg, self.cfg.horizon, sim.num_envs
         obs_np = sim.observe()
-        raw, z, mu, rewards, alive = self._buffers(b, obs_np.shape[1])
+        raw, z, mu, rewards, alive = self._buffers(obs_np.shape[1])
         last_act = None
         for t in range(H):
             raw[t] = torch.from_numpy(obs_np)
@@ -190,7 +203,7 @@ class GroupRollout:
                 rewards[t] += r * alive[t + 1]  # after termination a branch earns nothing
                 alive[t + 1] &= ~term
             if t + 1 == cfg.loss_steps:  # the states trajectories continue from
-                self.snapshot.copy_envs(np.arange(b), sim, np.arange(b))
+                self._keep_snapshot()
         return raw, z, mu, rewards, alive
 
     @torch.no_grad()
@@ -199,48 +212,42 @@ class GroupRollout:
         started = time.perf_counter()
         cfg, n, g = self.cfg, self.cfg.num_starts, self.cfg.group_size
         B, H, L = n * g, cfg.horizon, cfg.loss_steps
-        queries = np.arange(n)
-        sim = self.pool.branch(queries, g, out=self.group)
+        self._branch()  # the pool's trajectories into the group simulator, g branches each
         log_std = policy.log_std.detach()
-        spread = self.exploration.spread(log_std, gen)
-        raw, z, mu, rewards, alive = self._roll(policy, sim, spread)
+        spread = self.exploration.spread(log_std, gen, out=self._noise)
+        raw, z, mu, rewards, alive = self._roll(policy, self.group, spread)
         self.sim_steps += B * H * cfg.action_repeat
         # 2. returns: one product, not H vector steps (0.15 ms)
         returns = (self.discounts @ rewards).reshape(n, g)
         # 3. group advantages, the branch's for each of its loss steps
-        adv = np.repeat(group_advantages(returns, cfg.adv_scale, batch_std=self.batch_std)
-                        [:, :, None], L, axis=2).reshape(B, L)
-        mask = self.exploration.sampled(np.ascontiguousarray(alive[:L].T, dtype=np.float32))
-        self._continue(queries, returns, alive[L])
-        # the loss steps, branch-major
-        zl = z[:L].T.contiguous()
-        mul = mu[:L].T.contiguous()
+        adv = group_advantages(returns, cfg.adv_scale, batch_std=self.batch_std)
+        self._continue(returns, alive[L])
+        # the loss steps, branch-major, in one pass: z, mu, log-probabilities, mask, the
+        # advantages (0 on saturated steps) and the normalised observations
         log_std_old = log_std.clone()
-        logp_old = gaussian_log_prob(zl, mul, log_std_old)
-        mask_t = torch.from_numpy(mask)
+        steps = loss_steps(policy, L, z.numpy(), mu.numpy(), alive, adv.reshape(B),
+                           saturation_bound(log_std_old, cfg.saturated), None if self.shipped
+                           else raw.numpy())
+        zl, mask_t = steps["z"], steps["mask"]
+        self.exploration.sampled(mask_t.numpy())
         everything = raw.reshape(H * B, raw.shape[2])
-        adv_t = torch.from_numpy(adv).float()
-        if cfg.saturated > 0:
-            adv_t.masked_fill_(saturated(mul, log_std_old, cfg.saturated), 0.0)
-        return Batch(obs=None if self.shipped else policy.normalise(
-                         raw[:L].transpose(0, 1)).contiguous(),
-                     z=zl, logp_old=logp_old, mu_old=mul, log_std_old=log_std_old, adv=adv_t,
-                     mask=mask_t, returns=returns,
+        logp_old = steps["logp_old"]
+        return Batch(obs=steps.get("obs"), z=zl, logp_old=logp_old, mu_old=steps["mu"],
+                     log_std_old=log_std_old, adv=steps["adv"], mask=mask_t, returns=returns,
                      entropy=squashed_entropy(logp_old, zl, mask_t, policy.u_max),
                      raw_obs=None if self.shipped else everything,
                      obs_moments=RunningNorm.moments(everything),
                      raw_loss_obs=raw[:L].transpose(0, 1),
                      collect_s=time.perf_counter() - started, sim_steps=self.sim_steps)
 
-    def _continue(self, queries: np.ndarray, returns: np.ndarray, alive_at_l: np.ndarray) -> None:
+    def _continue(self, returns: np.ndarray, alive_at_l: np.ndarray) -> None:
         """Each trajectory continues from one branch's state at step loss_steps
         (``choose_continuation``); one that ended there (terminated, or at the episode's
         end) or draws ``reset_prob`` restarts from a fresh reset."""
-        cfg, n, g = self.cfg, self.cfg.num_starts, self.cfg.group_size
-        src = np.arange(n) * g + choose_continuation(returns, cfg.continuation, self.rng)
+        cfg, n, queries = self.cfg, self.cfg.num_starts, self._queries
+        src = self._first + choose_continuation(returns, cfg.continuation, self.rng)
         self.pool.copy_envs(queries, self.snapshot, src)
-        state = self.pool.get_state()
-        ended = ~alive_at_l[src] | (state["t"][queries] >= self.spec.max_steps)
+        ended = ~alive_at_l[src] | (self.pool.step_counts()[queries] >= self.spec.max_steps)
         restart = ended | (self.rng.random(n) < cfg.reset_prob)
         if restart.any():
             fresh = np.zeros(self.pool.num_envs, dtype=bool)
@@ -315,8 +322,14 @@ def saturated(mu: torch.Tensor, log_std: torch.Tensor, bound: float) -> torch.Te
     there, yet their score (z - mu) / sigma^2 is as large as anywhere: in the policy
     gradient they add variance and no signal (``saturated`` zeroes their advantage)."""
     if log_std.numel() == 1:  # one std: one comparison with one number
-        return mu.abs() > bound + 2.0 * math.exp(float(log_std))
+        return mu.abs() > saturation_bound(log_std, bound)
     return (mu.abs() - 2.0 * torch.exp(log_std)) > bound
+
+
+def saturation_bound(log_std: torch.Tensor, bound: float) -> float:
+    """``saturated``'s threshold on |mu| for one std: bound + 2 sigma (inf: ``bound`` 0,
+    off)."""
+    return bound + 2.0 * math.exp(float(log_std)) if bound > 0 else math.inf
 
 
 # =====================================================================

@@ -61,6 +61,17 @@ def squashed_log_prob(z, mu, log_std, u_max: float) -> torch.Tensor:
     return gaussian_log_prob(z, mu, log_std) - log_tanh_jacobian(z, u_max)
 
 
+def _row_deviations(x: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+    """x - mean for rows x (N, n), computed on rows of 16 observations where N allows: the
+    same differences, but a broadcast over rows n = 3 wide runs 3-4x slower than one over
+    rows 48 wide (50 against 14 us at 16,384 x 3)."""
+    n, k = x.shape
+    r = next((r for r in (16, 8, 4, 2) if n % r == 0), 1)
+    if r == 1 or not x.is_contiguous():
+        return x - mean
+    return (x.view(n // r, r * k) - mean.repeat(r)).view(n, k)
+
+
 class RunningNorm:
     """Running mean and variance of observations (Chan et al.'s parallel
     update), used to normalise the policy's input. Frozen into the controller."""
@@ -80,8 +91,9 @@ class RunningNorm:
         overlap collector ships these instead of the observations)."""
         x = x.double()
         mean = x.mean(0)  # two passes: 0.1 ms at 16,384 x 3, where torch's var takes 0.26
+        dev = _row_deviations(x, mean)
         return torch.cat([torch.tensor([float(x.shape[0])], dtype=torch.float64), mean,
-                          ((x - mean) ** 2).mean(0)])
+                          dev.mul_(dev).mean(0)])  # (x - mean) ** 2: the same products
 
     def merge_moments(self, moments: torch.Tensor) -> None:
         """Fold in ``moments(x)`` of new observations x."""

@@ -14,6 +14,8 @@ with ``copy=False``): copy them if you keep them.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from grpo_ctrl._pendsim import ffi, lib
@@ -362,6 +364,11 @@ class BatchSim:
         (B, nx / 2)``; the actuator's ``tau``, ``push``, ``push_left`` ``(B,)``."""
         return {key: a.T.copy() for key, a in self._state_arrays().items()}
 
+    def step_counts(self) -> np.ndarray:
+        """Each environment's steps since its reset, ``get_state()["t"]`` without copying the
+        whole state: the simulator's own array, to read (copy it to keep it)."""
+        return self._t
+
     def set_state(self, state: dict, indices=None) -> None:
         """Write a state (as from ``get_state``), whole or in part: any subset
         of its keys, for all environments or those in ``indices``. Everything
@@ -462,6 +469,16 @@ class BatchSim:
     def copy_envs(self, dst_indices, src: "BatchSim", src_indices) -> None:
         """Copy the full state of ``src`` environments ``src_indices`` into
         this simulator's ``dst_indices`` (delay buffers and RNG included)."""
+        d, s = self._copy_indices(dst_indices, src, src_indices)
+        if src is self:  # the C copy wants distinct source and destination
+            snapshot = {k: v[s] for k, v in self.get_state().items()}
+            self.set_state(snapshot, d)
+            return
+        lib.ps_copy_envs(self._model, self._data, ffi.from_buffer("int32_t[]", d), src._data,
+                         ffi.from_buffer("int32_t[]", s), d.size)
+
+    def _copy_indices(self, dst_indices, src: "BatchSim", src_indices) -> tuple:
+        """copy_envs' indices, checked, as int32 arrays."""
         if src.system != self.system or src.preset != self.preset:
             raise ValueError(f"cannot copy {src.system}/{src.preset} state into "
                              f"{self.system}/{self.preset}")
@@ -469,12 +486,20 @@ class BatchSim:
         s = _check_indices(src_indices, src.num_envs, "src_indices")
         if d.shape != s.shape:
             raise ValueError(f"dst_indices and src_indices differ in length: {d.size} vs {s.size}")
-        if src is self:  # the C copy wants distinct source and destination
-            snapshot = {k: v[s] for k, v in self.get_state().items()}
-            self.set_state(snapshot, d)
-            return
-        lib.ps_copy_envs(self._model, self._data, ffi.from_buffer("int32_t[]", d), src._data,
-                         ffi.from_buffer("int32_t[]", s), d.size)
+        return d, s
+
+    def copier(self, dst_indices, src: "BatchSim", src_indices):
+        """``copy_envs(dst_indices, src, src_indices)`` made ready once: the indices checked
+        and their C pointers taken, so that each call of the function returned is one C call
+        (GroupRollout's branch and snapshot copies, every iteration). ``src`` may not be
+        this simulator."""
+        if src is self:
+            raise ValueError("copier: the source must be another simulator")
+        d, s = self._copy_indices(dst_indices, src, src_indices)
+        # the pointers (ffi.from_buffer) hold their index arrays alive
+        return functools.partial(lib.ps_copy_envs, self._model, self._data,
+                                 ffi.from_buffer("int32_t[]", d), src._data,
+                                 ffi.from_buffer("int32_t[]", s), d.size)
 
     def branch(self, indices, group_size: int, out: "BatchSim | None" = None) -> "BatchSim":
         """Clone environments ``indices`` into groups of ``group_size``: in the
