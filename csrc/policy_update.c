@@ -321,6 +321,46 @@ int pu_mean(const pu_net *net, const pu_batch *bt, const int64_t *rows, int nrow
   return PU_OK;
 }
 
+int pu_masked_kl(const pu_batch *bt, const float *mu_old, const int64_t *rows, int nrows,
+                 const float *mu, float var_ratio, float inv_var, float log_ratio, float *kl,
+                 float *mask_rows)
+{
+  if (!bt || bt->B < 1 || bt->L < 1 || !bt->mask || !mu_old || !rows || nrows < 0 || !mu ||
+      !kl || !mask_rows)
+    return PU_ERR_ARGS;
+  for (int i = 0; i < nrows; ++i)
+    if (rows[i] < 0 || rows[i] >= bt->B) return PU_ERR_ARGS;
+  const int L = bt->L;
+  for (int i = 0; i < nrows; ++i) {
+    const float *p = mu_old + (size_t)rows[i] * L, *m = bt->mask + (size_t)rows[i] * L;
+    const float *q = mu + (size_t)i * L;
+    float *k = kl + (size_t)i * L, *mr = mask_rows + (size_t)i * L;
+    for (int t = 0; t < L; ++t) {
+      float d = p[t] - q[t];
+      d = d * d;
+      d = d * inv_var;
+      d = var_ratio + d;
+      d = d - 1.0f;
+      d = 0.5f * d;
+      k[t] = (d - log_ratio) * m[t];
+      mr[t] = m[t];
+    }
+  }
+  return PU_OK;
+}
+
+/* Branch b's L loss steps of raw [L * B * nobs] normalised into obs [L * nobs]. Inlined
+ * with nobs a constant for the plants' sizes: the inner loop then unrolls (2x faster). */
+static inline void normalise_branch(int B, int L, int nobs, int b, const float *raw,
+                                    const float *obs_mean, const float *obs_scale, float *obs)
+{
+  for (int t = 0; t < L; ++t) {
+    const float *r = raw + ((size_t)t * B + b) * nobs;
+    float *x = obs + (size_t)t * nobs;
+    for (int k = 0; k < nobs; ++k) x[k] = (r[k] - obs_mean[k]) * obs_scale[k];
+  }
+}
+
 int pu_loss_steps(int B, int L, const float *z, const float *mu, const uint8_t *alive,
                   const double *adv_branch, float saturated, float log_std, float inv_std,
                   float half_log_2pi, float *z_out, float *mu_out, float *logp_old, float *mask,
@@ -330,25 +370,29 @@ int pu_loss_steps(int B, int L, const float *z, const float *mu, const uint8_t *
   if (B < 1 || L < 1 || !z || !mu || !alive || !adv_branch || !z_out || !mu_out || !logp_old ||
       !mask || !adv || (obs && (nobs < 1 || !raw || !obs_mean || !obs_scale)))
     return PU_ERR_ARGS;
-  for (int t = 0; t < L; ++t) {
-    const float *zt = z + (size_t)t * B, *mut = mu + (size_t)t * B;
-    const uint8_t *at = alive + (size_t)t * B;
-    for (int b = 0; b < B; ++b) {
-      const size_t o = (size_t)b * L + t;
-      const float u = (zt[b] - mut[b]) * inv_std;
-      z_out[o] = zt[b];
-      mu_out[o] = mut[b];
-      logp_old[o] = -0.5f * (u * u) - log_std - half_log_2pi;
-      mask[o] = at[b] ? 1.0f : 0.0f;
-      adv[o] = fabsf(mut[b]) > saturated ? 0.0f : (float)adv_branch[b];
+  /* branch by branch: the writes run along each branch's row, the reads of a step
+   * stay in cache for the next branch */
+  for (int b = 0; b < B; ++b) {
+    const float a = (float)adv_branch[b];
+    float *zo = z_out + (size_t)b * L, *muo = mu_out + (size_t)b * L;
+    float *lp = logp_old + (size_t)b * L, *mk = mask + (size_t)b * L, *ad = adv + (size_t)b * L;
+    for (int t = 0; t < L; ++t) {
+      const size_t i = (size_t)t * B + b;
+      const float u = (z[i] - mu[i]) * inv_std;
+      zo[t] = z[i];
+      muo[t] = mu[i];
+      lp[t] = -0.5f * (u * u) - log_std - half_log_2pi;
+      mk[t] = alive[i] ? 1.0f : 0.0f;
+      ad[t] = fabsf(mu[i]) > saturated ? 0.0f : a;
+    }
+    if (!obs) continue;
+    float *x = obs + (size_t)b * L * nobs;
+    switch (nobs) {
+      case 3: normalise_branch(B, L, 3, b, raw, obs_mean, obs_scale, x); break;
+      case 5: normalise_branch(B, L, 5, b, raw, obs_mean, obs_scale, x); break;
+      case 6: normalise_branch(B, L, 6, b, raw, obs_mean, obs_scale, x); break;
+      default: normalise_branch(B, L, nobs, b, raw, obs_mean, obs_scale, x);
     }
   }
-  if (obs)
-    for (int t = 0; t < L; ++t)
-      for (int b = 0; b < B; ++b) {
-        const float *r = raw + ((size_t)t * B + b) * nobs;
-        float *x = obs + ((size_t)b * L + t) * nobs;
-        for (int k = 0; k < nobs; ++k) x[k] = (r[k] - obs_mean[k]) * obs_scale[k];
-      }
   return PU_OK;
 }

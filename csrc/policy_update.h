@@ -97,6 +97,17 @@ int pu_gradient(const pu_net *net, float log_std, const pu_batch *batch, const i
 int pu_mean(const pu_net *net, const pu_batch *batch, const int64_t *rows, int nrows, float *mu,
             float *work);
 
+/* KL(pi_old || pi) at every step of branches rows[0..nrows), masked, as
+ * gaussian_kl (grpo_ctrl/grpo.py) rounds it, one float32 operation at a time:
+ *   kl = (0.5 (var_ratio + (mu_old - mu)^2 inv_var - 1) - log_ratio) mask
+ * with var_ratio = sigma_old^2 / sigma^2, inv_var = 1 / sigma^2 and log_ratio =
+ * log sigma_old - log sigma as the caller rounded them; mu_old [B * L] the
+ * batch's, mu [nrows * L] pu_mean's of those rows. Writes kl and the rows'
+ * mask, mask_rows, [nrows * L] each. Returns PU_OK or PU_ERR_ARGS. */
+int pu_masked_kl(const pu_batch *batch, const float *mu_old, const int64_t *rows, int nrows,
+                 const float *mu, float var_ratio, float inv_var, float log_ratio, float *kl,
+                 float *mask_rows);
+
 /* A rollout's loss steps in pu_batch's layout (GroupRollout.collect): from
  * pr_rollout's step-major arrays (decision t of branch b at [t * B + b]), the
  * first L decisions of each of the B branches, branch-major ([b * L + t]):

@@ -93,12 +93,16 @@ class CGradient:
         for i, m in enumerate(self.linear):
             net.W[i], net.b[i] = _floats(m.weight), _floats(m.bias)
         self.pointers = _pointers(policy)
+        # log std's one value, read without torch (the optimiser updates it in place; a
+        # replaced log std is a changed pointer, and a new CGradient)
+        self.log_std_value = policy.log_std.detach().numpy()
         self.net, self.grads = net, []
         self._bind_gradients()
         self.work = np.empty(lib.pu_work_size(net), np.float32)
         self.p_work = ffi.from_buffer("float[]", self.work)
         self.stats = ffi.new("pu_stats *")
         self.grad_log_std = ffi.new("float *")
+        self.batch = ffi.new("pu_batch *")
 
     def bind(self, batch) -> None:
         """Point C at this update's batch."""
@@ -107,9 +111,9 @@ class CGradient:
         # the batch's tensors stay referenced (self.arrays) while C points at them
         self.arrays = [t.contiguous() for t in (batch.obs, batch.z, batch.logp_old, batch.adv,
                                                  batch.mask)]
-        obs, z, logp_old, adv, mask = (_floats(t) for t in self.arrays)
-        self.batch = ffi.new("pu_batch *", {"B": B, "L": L, "obs": obs, "z": z,
-                                            "logp_old": logp_old, "adv": adv, "mask": mask})
+        c = self.batch
+        c.B, c.L = B, L
+        c.obs, c.z, c.logp_old, c.adv, c.mask = (_floats(t) for t in self.arrays)
 
     def _bind_gradients(self) -> None:
         """Point C at the parameters' .grad tensors (made where missing), and keep them:
@@ -122,6 +126,7 @@ class CGradient:
         for i, m in enumerate(self.linear):
             self.net.gW[i], self.net.gb[i] = _floats(m.weight.grad), _floats(m.bias.grad)
         self.grads = [(p, p.grad) for p in params]
+        self.log_std_grad = self.log_std.grad.numpy()  # its one value, written without torch
 
     def gradient(self, rows: torch.Tensor, loss_agg: str, eps_low: float, eps_high: float,
                  max_grad_norm: float) -> dict:
@@ -131,13 +136,13 @@ class CGradient:
         if any(p.grad is not g for p, g in self.grads):
             self._bind_gradients()
         rows = rows.contiguous()
-        rc = lib.pu_gradient(self.net, float(self.log_std.detach()[0]), self.batch,
+        rc = lib.pu_gradient(self.net, float(self.log_std_value[0]), self.batch,
                              ffi.cast("int64_t *", rows.data_ptr()), rows.numel(),
                              AGGREGATIONS[loss_agg], eps_low, eps_high, max_grad_norm,
                              self.grad_log_std, self.stats, self.p_work)
         if rc:
             raise ValueError("pu_gradient: malformed network, batch or rows")
-        self.log_std.grad.fill_(self.grad_log_std[0])
+        self.log_std_grad[0] = self.grad_log_std[0]
         s = self.stats
         n = max(s.mask_sum, 1.0)
         return {"loss": s.loss, "grad_norm": s.grad_norm, "clip_low": s.clipped_low / n,
@@ -152,6 +157,24 @@ class CGradient:
         if rc:
             raise ValueError("pu_mean: malformed network, batch or rows")
         return mu
+
+    def kl_old(self, rows: torch.Tensor, mu_old: torch.Tensor, log_std_old: torch.Tensor) -> float:
+        """KL(pi_old || pi) averaged over the masked steps of branches ``rows`` (int64), pi
+        the network now and its log std, pi_old the batch's means ``mu_old`` (B, L) and
+        ``log_std_old`` (1,): ``gaussian_kl`` and its masked mean, bit for bit (the sums
+        torch's), in two C calls and a few scalars."""
+        log_std = self.log_std.detach()
+        log_ratio = log_std_old - log_std  # gaussian_kl's scalars, by torch as it makes them
+        var_ratio, inv_var = torch.exp(2.0 * log_ratio), torch.exp(-2.0 * log_std)
+        mu = self.mean(rows)
+        rows = rows.contiguous()
+        kl, mask = torch.empty_like(mu), torch.empty_like(mu)
+        rc = lib.pu_masked_kl(self.batch, _floats(mu_old), ffi.cast("int64_t *", rows.data_ptr()),
+                              rows.numel(), _floats(mu), float(var_ratio), float(inv_var),
+                              float(log_ratio), _floats(kl), _floats(mask))
+        if rc:
+            raise ValueError("pu_masked_kl: malformed batch or rows")
+        return float(kl.sum() / mask.sum().clamp(min=1.0))
 
 
 
@@ -177,7 +200,10 @@ def loss_steps(policy: GaussianPolicy, L: int, z: np.ndarray, mu: np.ndarray,
                              "(bool) and adv_branch (float64)")
     log_std = policy.log_std.detach()
     inv_std = float(torch.exp(-log_std))  # the one exp, torch's, as gaussian_log_prob takes it
-    got = {k: torch.empty(B, L) for k in ("z", "mu", "logp_old", "mask", "adv")}
+    names = ("z", "mu", "logp_old", "mask", "adv")
+    block = torch.empty(len(names), B, L)  # one allocation; each (B, L) row is contiguous
+    got = dict(zip(names, block.unbind()))
+    first = ffi.cast("float *", block.data_ptr())
     obs_args = (0, ffi.NULL, ffi.NULL, ffi.NULL, ffi.NULL)
     if raw is not None:
         if raw.shape[2] != policy.arch["nobs"]:
@@ -189,8 +215,8 @@ def loss_steps(policy: GaussianPolicy, L: int, z: np.ndarray, mu: np.ndarray,
     rc = lib.pu_loss_steps(B, L, ffi.from_buffer("float[]", z), ffi.from_buffer("float[]", mu),
                            ffi.from_buffer("uint8_t[]", alive.view(np.uint8)),
                            ffi.from_buffer("double[]", adv_branch), saturated,
-                           float(log_std[0]), inv_std, 0.5 * LOG_2PI,
-                           *(_floats(got[k]) for k in ("z", "mu", "logp_old", "mask", "adv")),
+                           float(log_std), inv_std, 0.5 * LOG_2PI,
+                           *(first + i * B * L for i in range(len(names))),
                            *obs_args)
     if rc:
         raise ValueError("pu_loss_steps: malformed arguments")

@@ -460,17 +460,31 @@ class CGradientStep:
     def __init__(self, policy: GaussianPolicy, cfg: GRPOConfig, average_gradients=None):
         self.policy, self.cfg = policy, cfg
         self.max_norm = cfg.max_grad_norm if average_gradients is None else 0.0
+        self.B, self._rows = 0, {}
 
     def bind(self, batch: Batch) -> None:
         self.c = CGradient.bound(self.policy, batch)
-        self.B = batch.z.shape[0]
+        self.batch = batch
+        if self.B != batch.z.shape[0]:
+            self.B, self._rows = batch.z.shape[0], {}
 
     def gradient(self, idx: torch.Tensor, eps_low: float, eps_high: float) -> tuple:
         got = self.c.gradient(idx, self.cfg.loss_agg, eps_low, eps_high, self.max_norm)
         return got["grad_norm"], got["clip_low"], got["clip_high"]
 
+    def rows(self, rows: slice) -> torch.Tensor:
+        """The branches of ``rows`` (diagnostic_rows) as C takes them, made once."""
+        key = (rows.start, rows.stop, rows.step)
+        if key not in self._rows:
+            self._rows[key] = torch.arange(self.B)[rows].contiguous()
+        return self._rows[key]
+
     def mean(self, rows) -> torch.Tensor:
-        return self.c.mean(torch.arange(self.B)[rows])
+        return self.c.mean(self.rows(rows))
+
+    def kl_old(self, rows: slice) -> float:
+        """``update_kl``'s KL(pi_old || pi), by C (CGradient.kl_old)."""
+        return self.c.kl_old(self.rows(rows), self.batch.mu_old, self.batch.log_std_old)
 
 
 def gradient_backend(policy: GaussianPolicy, ref: GaussianPolicy | None, opt, cfg: GRPOConfig,
@@ -526,6 +540,8 @@ def update_kl(policy: GaussianPolicy, ref: GaussianPolicy | None, batch: Batch, 
     over the whole batch was a fifth of the update's time)."""
     B = batch.z.shape[0]
     rows = diagnostic_rows(B, KL_STRIDE if cfg.loss_type != "adaptive_clip" else 1)
+    if ref is None and isinstance(backend, CGradientStep):  # the same sums, fewer torch calls
+        return backend.kl_old(rows), 0.0
     mu, log_std = backend.mean(rows), policy.log_std
     m = batch.mask[rows]
     n = m.sum().clamp(min=1.0)

@@ -71,3 +71,28 @@ def test_loss_steps_refuses_wrong_arrays():
                  (4, np.asfortranarray(z), z, alive, adv, math.inf, raw)]:
         with pytest.raises(ValueError):
             loss_steps(policy, *args)
+
+
+@pytest.mark.parametrize("loss_type", ["clip", "adaptive_clip"])
+def test_the_c_update_kl_is_gaussian_kl_s_bit_for_bit(loss_type):
+    """update_kl's KL(pi_old || pi) by C (CGradient.kl_old) after an update has moved the
+    policy: gaussian_kl's masked mean, as update_kl took it of the C means, on one branch
+    in KL_STRIDE (clip) or all of them (adaptive clip)."""
+    from dataclasses import replace
+
+    from grpo_ctrl.grpo import KL_STRIDE, Trainer, diagnostic_rows, gaussian_kl, grpo_update
+    from grpo_ctrl.grpo_config import default_config
+    cfg = replace(default_config("pendulum", "gym"), overlap=False, time_budget=0.0,
+                  eval_every=1e9, loss_type=loss_type, lr=0.02)
+    tr = Trainer(cfg, "pendulum", "gym")
+    for _ in range(3):
+        tr.step()
+    batch = tr.rollout.collect(tr.policy, tr.gen)
+    got = grpo_update(tr.policy, None, tr.opt, batch, cfg, 0.2, 0.28, tr.gen,
+                      backend=tr.backend)["kl_old"]
+    rows = diagnostic_rows(batch.z.shape[0], KL_STRIDE if loss_type == "clip" else 1)
+    with torch.no_grad():
+        mu, m = tr.backend.mean(rows), batch.mask[rows]
+        want = float((gaussian_kl(batch.mu_old[rows], batch.log_std_old, mu,
+                                  tr.policy.log_std) * m).sum() / m.sum().clamp(min=1.0))
+    assert got > 1e-6 and got == want
