@@ -349,6 +349,27 @@ int pu_masked_kl(const pu_batch *bt, const float *mu_old, const int64_t *rows, i
   return PU_OK;
 }
 
+int pu_entropy_terms(int B, int L, int first, int stride, const float *logp_old, const float *z,
+                     const float *mask, const float *softplus, float log_u_max, float log_2,
+                     float *terms, float *mask_rows)
+{
+  if (B < 1 || L < 1 || first < 0 || stride < 1 || !logp_old || !z || !mask || !softplus ||
+      !terms || !mask_rows)
+    return PU_ERR_ARGS;
+  size_t o = 0;
+  for (int b = first; b < B; b += stride)
+    for (int t = 0; t < L; ++t, ++o) {
+      const size_t i = (size_t)b * L + t;
+      float jac = log_2 - z[i];
+      jac = jac - softplus[o];
+      jac = 2.0f * jac;
+      jac = log_u_max + jac;
+      terms[o] = (logp_old[i] - jac) * mask[i];
+      mask_rows[o] = mask[i];
+    }
+  return PU_OK;
+}
+
 /* Branch b's L loss steps of raw [L * B * nobs] normalised into obs [L * nobs]. Inlined
  * with nobs a constant for the plants' sizes: the inner loop then unrolls (2x faster). */
 static inline void normalise_branch(int B, int L, int nobs, int b, const float *raw,

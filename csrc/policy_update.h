@@ -108,6 +108,17 @@ int pu_masked_kl(const pu_batch *batch, const float *mu_old, const int64_t *rows
                  const float *mu, float var_ratio, float inv_var, float log_ratio, float *kl,
                  float *mask_rows);
 
+/* squashed_entropy's terms (grpo_ctrl/grpo.py), as it rounds them, one float32
+ * operation at a time: at every step t of branches b = first, first + stride, ...
+ * below B (row i of the outputs),
+ *   terms = (logp_old - (log_u_max + 2 ((log_2 - z) - softplus))) mask
+ * with logp_old, z and mask [B * L] the batch's and softplus [nrows * L] torch's
+ * softplus(-2 z) of those rows. Writes terms and the rows' mask, mask_rows,
+ * [nrows * L] each. Returns PU_OK or PU_ERR_ARGS. */
+int pu_entropy_terms(int B, int L, int first, int stride, const float *logp_old, const float *z,
+                     const float *mask, const float *softplus, float log_u_max, float log_2,
+                     float *terms, float *mask_rows);
+
 /* A rollout's loss steps in pu_batch's layout (GroupRollout.collect): from
  * pr_rollout's step-major arrays (decision t of branch b at [t * B + b]), the
  * first L decisions of each of the B branches, branch-major ([b * L + t]):

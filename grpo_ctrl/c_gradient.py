@@ -10,11 +10,13 @@ takes the torch path elsewhere (grpo.gradient_backend).
 """
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
 import torch
 from torch import nn
+import torch.nn.functional as F
 
 from grpo_ctrl._pendsim import ffi, lib
 from grpo_ctrl.policy import LOG_2PI, FourierFeatures, GaussianPolicy
@@ -221,3 +223,20 @@ def loss_steps(policy: GaussianPolicy, L: int, z: np.ndarray, mu: np.ndarray,
     if rc:
         raise ValueError("pu_loss_steps: malformed arguments")
     return got
+
+
+def squashed_entropy(logp_old: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, u_max: float,
+                     rows: slice) -> float:
+    """grpo.squashed_entropy on branches ``rows`` (a slice of positive step), bit for bit:
+    torch's softplus and sums, the steps between them in one C pass
+    (``pu_entropy_terms``)."""
+    B, L = z.shape
+    first, _, stride = rows.indices(B)
+    softplus = F.softplus(-2.0 * z[rows])
+    terms, mask_rows = torch.empty_like(softplus), torch.empty_like(softplus)
+    rc = lib.pu_entropy_terms(B, L, first, stride, _floats(logp_old), _floats(z), _floats(mask),
+                              _floats(softplus), math.log(u_max), math.log(2.0),
+                              _floats(terms), _floats(mask_rows))
+    if rc:
+        raise ValueError("pu_entropy_terms: malformed arguments")
+    return -float(terms.sum() / mask_rows.sum().clamp(min=1.0))

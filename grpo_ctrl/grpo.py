@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from grpo_ctrl.c_gradient import CGradient, loss_steps  # noqa: E402
+from grpo_ctrl.c_gradient import squashed_entropy as c_squashed_entropy  # noqa: E402
 from grpo_ctrl.distributed import Ranks  # noqa: E402
 from grpo_ctrl.errors import UserError  # noqa: E402
 from grpo_ctrl.grpo_config import GRPOConfig, check_config  # noqa: E402
@@ -142,6 +143,7 @@ class GroupRollout:
         self._queries, self._first = np.arange(n), np.arange(n) * g
         self._branch = self.group.copier(np.arange(B), self.pool, np.repeat(self._queries, g))
         self._keep_snapshot = self.snapshot.copier(np.arange(B), self.group, np.arange(B))
+        self._continue_from = self.pool.copier(self._queries, self.snapshot)  # the pool: n
         self._noise, self._z, self._mu = (torch.empty(H, B) for _ in range(3))
         self._rewards, self._alive = np.empty((H, B)), np.empty((H + 1, B), dtype=bool)
         self._last_act = np.empty(B, np.float32)
@@ -234,7 +236,8 @@ class GroupRollout:
         logp_old = steps["logp_old"]
         return Batch(obs=steps.get("obs"), z=zl, logp_old=logp_old, mu_old=steps["mu"],
                      log_std_old=log_std_old, adv=steps["adv"], mask=mask_t, returns=returns,
-                     entropy=squashed_entropy(logp_old, zl, mask_t, policy.u_max),
+                     entropy=c_squashed_entropy(logp_old, zl, mask_t, policy.u_max,
+                                                diagnostic_rows(B, ENTROPY_STRIDE)),
                      raw_obs=None if self.shipped else everything,
                      obs_moments=RunningNorm.moments(everything),
                      raw_loss_obs=raw[:L].transpose(0, 1),
@@ -244,15 +247,13 @@ class GroupRollout:
         """Each trajectory continues from one branch's state at step loss_steps
         (``choose_continuation``); one that ended there (terminated, or at the episode's
         end) or draws ``reset_prob`` restarts from a fresh reset."""
-        cfg, n, queries = self.cfg, self.cfg.num_starts, self._queries
+        cfg, n = self.cfg, self.cfg.num_starts
         src = self._first + choose_continuation(returns, cfg.continuation, self.rng)
-        self.pool.copy_envs(queries, self.snapshot, src)
-        ended = ~alive_at_l[src] | (self.pool.step_counts()[queries] >= self.spec.max_steps)
+        self._continue_from(src.astype(np.int32))  # pool trajectory i <- snapshot src[i]
+        ended = ~alive_at_l[src] | (self.pool.step_counts() >= self.spec.max_steps)
         restart = ended | (self.rng.random(n) < cfg.reset_prob)
         if restart.any():
-            fresh = np.zeros(self.pool.num_envs, dtype=bool)
-            fresh[queries[restart]] = True
-            self.pool.reset(mask=fresh)
+            self.pool.reset(mask=restart)
 
 
 def choose_continuation(returns: np.ndarray, rule: str, rng: np.random.Generator,
@@ -280,7 +281,8 @@ def choose_continuation(returns: np.ndarray, rule: str, rng: np.random.Generator
 def squashed_entropy(logp_old: torch.Tensor, z: torch.Tensor, mask: torch.Tensor,
                      u_max: float) -> float:
     """Monte-Carlo entropy of the command u_max tanh(z), -E[log pi(a)], over the sampled
-    loss steps of one branch in ENTROPY_STRIDE (a diagnostic: 0.2 ms on all)."""
+    loss steps of one branch in ENTROPY_STRIDE (a diagnostic: 0.2 ms on all). collect
+    takes the same numbers from C (c_gradient.squashed_entropy)."""
     rows = diagnostic_rows(z.shape[0], ENTROPY_STRIDE)
     logp_squashed = logp_old[rows] - log_tanh_jacobian(z[rows], u_max)
     sampled = mask[rows]
@@ -298,7 +300,8 @@ def group_advantages(returns: np.ndarray, scale: str, eps: float = 1e-8,
     ``batch_std(returns)``: across processes in data-parallel training), or
     1 (``none``: Dr. GRPO, A_i = R_i - mean(G)). Extra trailing axes are
     normalised separately, each across its group."""
-    centred = returns - returns.mean(axis=1, keepdims=True)
+    # the group means as np.mean makes them (its sum, then / G), without its Python
+    centred = returns - np.add.reduce(returns, axis=1, keepdims=True) / returns.shape[1]
     if scale == "none":
         return centred
     if scale == "group":
@@ -312,7 +315,9 @@ def group_advantages(returns: np.ndarray, scale: str, eps: float = 1e-8,
 def zero_spread_fraction(returns: np.ndarray, tol: float = 1e-9) -> float:
     """Fraction of groups (axis 0) whose returns all equal: no learning signal."""
     spread = returns.max(axis=1) - returns.min(axis=1)
-    return float(np.mean(spread.reshape(spread.shape[0], -1).max(axis=1) <= tol))
+    if spread.ndim > 1:
+        spread = spread.reshape(spread.shape[0], -1).max(axis=1)
+    return np.count_nonzero(spread <= tol) / spread.shape[0]
 
 
 def saturated(mu: torch.Tensor, log_std: torch.Tensor, bound: float) -> torch.Tensor:
@@ -511,7 +516,7 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
     backend.bind(batch)
     params = list(policy.parameters())
     max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
-    grad_norms, clip_lo, clip_hi = [], [], []
+    seen = []  # (grad norm, clip low, clip high) of each minibatch
     for _ in range(cfg.epochs):
         perm = torch.randperm(B, generator=gen)
         for idx in perm.chunk(cfg.minibatches):
@@ -520,15 +525,15 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
                 if average_gradients is not None:
                     average_gradients(params)
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-            grad_norms.append(grad_norm)
             adam_step(opt)
             with torch.no_grad():
                 policy.log_std.clamp_(min=cfg.log_std_min)
-            clip_lo.append(lo)
-            clip_hi.append(hi)
+            seen.append((grad_norm, lo, hi))
     kl_old, kl_ref = update_kl(policy, ref, batch, backend, cfg)
-    return {"grad_norm": float(np.mean(grad_norms)), "clip_low": float(np.mean(clip_lo)),
-            "clip_high": float(np.mean(clip_hi)), "kl_old": kl_old, "kl_ref": kl_ref}
+    # each column's mean, as np.mean of it: one conversion, not three
+    grad_norm, clip_low, clip_high = np.array(seen).T.copy().mean(axis=1).tolist()
+    return {"grad_norm": grad_norm, "clip_low": clip_low, "clip_high": clip_high,
+            "kl_old": kl_old, "kl_ref": kl_ref}
 
 
 @torch.no_grad()

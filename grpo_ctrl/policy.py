@@ -69,7 +69,7 @@ def _row_deviations(x: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
     r = next((r for r in (16, 8, 4, 2) if n % r == 0), 1)
     if r == 1 or not x.is_contiguous():
         return x - mean
-    return (x.view(n // r, r * k) - mean.repeat(r)).view(n, k)
+    return (x.view(n // r, r * k) - mean.expand(r, k).reshape(r * k)).view(n, k)
 
 
 class RunningNorm:

@@ -488,18 +488,31 @@ class BatchSim:
             raise ValueError(f"dst_indices and src_indices differ in length: {d.size} vs {s.size}")
         return d, s
 
-    def copier(self, dst_indices, src: "BatchSim", src_indices):
+    def copier(self, dst_indices, src: "BatchSim", src_indices=None):
         """``copy_envs(dst_indices, src, src_indices)`` made ready once: the indices checked
         and their C pointers taken, so that each call of the function returned is one C call
-        (GroupRollout's branch and snapshot copies, every iteration). ``src`` may not be
-        this simulator."""
+        (GroupRollout's copies, every iteration). Without ``src_indices`` the function takes
+        them, an int32 array as long as ``dst_indices`` (C checks their range). ``src`` may
+        not be this simulator."""
         if src is self:
             raise ValueError("copier: the source must be another simulator")
-        d, s = self._copy_indices(dst_indices, src, src_indices)
-        # the pointers (ffi.from_buffer) hold their index arrays alive
-        return functools.partial(lib.ps_copy_envs, self._model, self._data,
-                                 ffi.from_buffer("int32_t[]", d), src._data,
-                                 ffi.from_buffer("int32_t[]", s), d.size)
+        if src_indices is not None:
+            d, s = self._copy_indices(dst_indices, src, src_indices)
+            # the pointers (ffi.from_buffer) hold their index arrays alive
+            return functools.partial(lib.ps_copy_envs, self._model, self._data,
+                                     ffi.from_buffer("int32_t[]", d), src._data,
+                                     ffi.from_buffer("int32_t[]", s), d.size)
+        d, _ = self._copy_indices(dst_indices, src, np.zeros(len(dst_indices), np.int32))
+        args = (self._model, self._data, ffi.from_buffer("int32_t[]", d), src._data)
+
+        def copy_from(src_indices: np.ndarray) -> None:
+            if (not isinstance(src_indices, np.ndarray) or src_indices.dtype != np.int32
+                    or src_indices.shape != d.shape or not src_indices.flags.c_contiguous):
+                raise ValueError(f"src_indices must be a C-contiguous int32 array of shape "
+                                 f"{d.shape}")
+            if lib.ps_copy_envs(*args, ffi.from_buffer("int32_t[]", src_indices), d.size):
+                raise ValueError(f"src_indices must lie in [0, {src.num_envs})")
+        return copy_from
 
     def branch(self, indices, group_size: int, out: "BatchSim | None" = None) -> "BatchSim":
         """Clone environments ``indices`` into groups of ``group_size``: in the

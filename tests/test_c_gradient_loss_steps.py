@@ -96,3 +96,22 @@ def test_the_c_update_kl_is_gaussian_kl_s_bit_for_bit(loss_type):
         want = float((gaussian_kl(batch.mu_old[rows], batch.log_std_old, mu,
                                   tr.policy.log_std) * m).sum() / m.sum().clamp(min=1.0))
     assert got > 1e-6 and got == want
+
+
+@pytest.mark.parametrize("B, L, stride, u_max", [(256, 32, 8, 2.0), (20, 7, 8, 0.3), (9, 5, 1, 7.5)])
+def test_the_c_squashed_entropy_is_torch_s_bit_for_bit(B, L, stride, u_max):
+    from grpo_ctrl.c_gradient import squashed_entropy as c_squashed_entropy
+    from grpo_ctrl.grpo import diagnostic_rows, squashed_entropy
+    gen = torch.Generator().manual_seed(B)
+    z = torch.randn(B, L, generator=gen) * 3
+    mu = z + torch.randn(B, L, generator=gen) * 0.4
+    log_std = torch.tensor([-0.6])
+    logp_old = gaussian_log_prob(z, mu, log_std)
+    mask = (torch.rand(B, L, generator=gen) < 0.9).float()
+    rows = diagnostic_rows(B, stride)
+    want = squashed_entropy(logp_old, z, mask, u_max) if stride == 8 else None
+    if want is None:  # squashed_entropy's own stride is ENTROPY_STRIDE: all rows by hand
+        from grpo_ctrl.policy import log_tanh_jacobian
+        want = -float(((logp_old - log_tanh_jacobian(z, u_max)) * mask).sum()
+                      / mask.sum().clamp(min=1.0))
+    assert c_squashed_entropy(logp_old, z, mask, u_max, rows) == want

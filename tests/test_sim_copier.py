@@ -38,3 +38,22 @@ def test_step_counts_are_the_state_t():
     sim.reset(mask=np.array([False, True, False]))
     np.testing.assert_array_equal(sim.step_counts(), sim.get_state()["t"])
     np.testing.assert_array_equal(sim.step_counts(), [4, 0, 4])
+
+
+def test_a_copier_without_sources_takes_them_at_each_call():
+    src = BatchSim("pendulum", 5, preset="gym", seed=3)
+    src.step(np.full(5, 0.5, np.float32))
+    a, b = (BatchSim("pendulum", 3, preset="gym", seed=7) for _ in range(2))
+    copy = a.copier(np.arange(3), src)
+    for sources in ([4, 0, 4], [1, 2, 3]):
+        copy(np.array(sources, np.int32))
+        b.copy_envs(np.arange(3), src, sources)
+        for key, value in b.get_state().items():
+            np.testing.assert_array_equal(a.get_state()[key], value, err_msg=key)
+    before = a.get_state()
+    for bad in (np.array([0, 1, 5], np.int32), np.array([0, 1, -1], np.int32),
+                np.array([0, 1, 2]), np.array([0, 1], np.int32), [0, 1, 2]):
+        with pytest.raises(ValueError):
+            copy(bad)
+    for key, value in a.get_state().items():  # nothing copied by a refused call
+        np.testing.assert_array_equal(before[key], value, err_msg=key)
