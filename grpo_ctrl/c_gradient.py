@@ -179,7 +179,6 @@ class CGradient:
         return float(kl.sum() / mask.sum().clamp(min=1.0))
 
 
-
 def loss_steps(policy: GaussianPolicy, L: int, z: np.ndarray, mu: np.ndarray,
                alive: np.ndarray, adv_branch: np.ndarray, saturated: float,
                raw: np.ndarray | None) -> dict:

@@ -262,8 +262,9 @@ def robot_of(preset: str) -> str:
 def grids(preset: str = "acrobot") -> dict:
     """Every category's grid: ``model`` {parameter: 21 values}, the noise
     sigmas (rad/s, N m), the torque responses, the delays (s)."""
-    from grpo_ctrl.sim import BatchSim
-    p = {k: float(v[0]) for k, v in BatchSim(SYSTEM, 1, preset).plant().items()}
+    from grpo_ctrl.plant import plant_spec
+    from grpo_ctrl.plant_file import nominal_params
+    p = nominal_params(plant_spec(SYSTEM, preset))
     rel = np.linspace(0.75, 1.25, N_VAR)     # their get_par_list of a non-zero value
     model = {"Ir": np.linspace(0.0, 1e-4, N_VAR), "m1r1": rel * (p["m1"] * p["r1"]),
              "I1": rel * p["I1"], "b1": np.linspace(-0.1, 0.1, N_VAR),
@@ -330,8 +331,9 @@ def benchmark_runs(preset: str = "acrobot", seed: int = 0) -> tuple[Runs, dict]:
     {category: index array shaped as their results (model: (10, 21), the
     noises (21, 10), response and delay (21,), perturbation (50,))}."""
     from grpo_ctrl.sim import BatchSim
+    from grpo_ctrl.plant_file import nominal_params
     sim = BatchSim(SYSTEM, 1, preset)
-    p = {k: float(v[0]) for k, v in sim.plant().items()}
+    p = nominal_params(sim.spec)
     steps, g = sim.spec.max_steps, grids(preset)
     n_model, n_noise = len(MODEL_PARAMS) * N_VAR, N_VAR * REPETITIONS
     sizes = {"model": n_model, "velocity_noise": n_noise, "torque_noise": n_noise,
@@ -385,7 +387,7 @@ def run_perturbed(policy, preset: str, runs: Runs, x0=HANGING, seed: int = 0,
     B = runs.delay.size
     sim = BatchSim(SYSTEM, B, preset, u_max=_BIG_TORQUE)
     meter = BatchSim(SYSTEM, B, preset)     # observes the measured states, by the C function
-    u_max, dt, steps = BatchSim(SYSTEM, 1, preset).spec.u_max, sim.spec.dt, runs.push.shape[1]
+    u_max, dt, steps = meter.spec.u_max, sim.spec.dt, runs.push.shape[1]
     sim.reset()
     x = np.broadcast_to(np.asarray(x0, dtype=float), (B, 4)).copy()
     sim.set_state({"x": x})
