@@ -18,11 +18,13 @@ PREFIX = "grpo_ctrl."
 
 # key (without prefix) -> what it holds; the order is the order ``inspect`` prints
 KEYS = {
-    "system": "plant: pendulum, cartpole or furuta",
+    "system": "plant: pendulum, cartpole, furuta or double_pendulum",
     "preset": "parameter preset of the plant",
     "obs_names": "observation components, comma-separated, in input order",
     "action_name": "what the output commands",
     "action_unit": "unit of the output",
+    "observation_convention": "each angle's zero and direction, the units, what the output "
+                              "drives (the plant layer's PlantSpec.observation_convention)",
     "u_max": "actuator limit: the output lies in [-u_max, u_max]",
     "dt": "control period, s",
     "source": "run folder or checkpoint, or baseline name",
@@ -51,6 +53,7 @@ def for_controller(controller, source: str, source_sha256: str) -> dict[str, str
         "obs_names": ",".join(spec.obs_names),
         "action_name": spec.action_name,
         "action_unit": spec.action_unit,
+        "observation_convention": spec.observation_convention,
         "u_max": repr(float(spec.u_max)),
         "dt": repr(float(spec.dt)),
         "source": source,

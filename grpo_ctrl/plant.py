@@ -98,6 +98,8 @@ class PlantSpec:
     term_limit: tuple[float, ...]  # |x_k| that ends an episode, 0 = none
     x0_low: tuple[float, ...]  # the preset's start box
     x0_high: tuple[float, ...]
+    actuated: int = 0  # which of DRIVEN[system's id] the actuator drives (the double
+                       # pendulum's 0 shoulder, 1 elbow; one choice elsewhere)
 
     @property
     def nx(self) -> int:
@@ -130,6 +132,50 @@ class PlantSpec:
         simulator observes with (no sensor noise or quantisation)."""
         return Observer(self)(x)
 
+    @property
+    def observation_convention(self) -> str:
+        """One line: the observation, each coordinate's zero and positive
+        direction, the units, and what the actuator drives (``COORDINATES``,
+        ``DRIVEN``; names and units from the C layout)."""
+        sid = system_id(self.system)
+        coords = "; ".join(COORDINATES[sid])
+        units = ", ".join(f"{n} {u}" for n, u in zip(self.obs_names, self.obs_units) if u != "1")
+        driven = DRIVEN[sid]
+        index, joint = driven[self.actuated]
+        passive = [name for _, name in driven if name != joint]
+        action = (f"{self.action_name} in {self.action_unit} on {joint}"
+                  f"{''.join(f' ({name} passive)' for name in passive)}, positive towards "
+                  f"+{self.state_names[index]}")
+        return f"obs [{', '.join(self.obs_names)}]; {coords}; units {units}; {action}"
+
+
+# Each plant's coordinates in words, by its C id: where each angle or position
+# is zero and which way it is positive (the C layout has names and units, not
+# directions).
+# The one home of these words: PlantSpec.observation_convention puts them
+# together, and export writes that into a controller's metadata
+# (``observation_convention``: ``grpo-ctrl inspect``, the generated C header).
+# tests/test_export.py checks each direction against the simulator.
+COORDINATES = {
+    lib.PS_PENDULUM: ("theta the pendulum's angle, zero upright, counter-clockwise positive",),
+    lib.PS_CARTPOLE: ("x the cart's position, zero mid-track, positive to the right",
+                      "theta the pole's angle, zero upright, positive leaning towards +x"),
+    lib.PS_FURUTA: ("theta the arm's angle, counter-clockwise positive seen from above",
+                    "alpha the pendulum's angle, zero upright, positive the way the arm "
+                    "accelerating towards +theta swings it from upright"),
+    lib.PS_DOUBLE_PENDULUM: ("theta1 the shoulder's angle, zero upright",
+                             "theta2 the elbow's angle relative to link 1, zero when the "
+                             "links are in line", "both counter-clockwise positive"),
+}
+# What the actuator can drive: (state index of its coordinate, its name), one
+# per choice of PlantSpec.actuated.
+DRIVEN = {
+    lib.PS_PENDULUM: ((0, "the pivot"),),
+    lib.PS_CARTPOLE: ((0, "the cart"),),
+    lib.PS_FURUTA: ((0, "the arm"),),
+    lib.PS_DOUBLE_PENDULUM: ((0, "the shoulder"), (1, "the elbow")),
+}
+
 
 def spec_of_model(model, preset: str) -> PlantSpec:
     """The ``PlantSpec`` of a filled C ``ps_model`` (overrides included)."""
@@ -159,7 +205,7 @@ def spec_of_model(model, preset: str) -> PlantSpec:
         channel_vel_limits=tuple(layout.channel_vel_limit[c] for c in range(nch)),
         v_max=float(m.v_max), term_limit=tuple(m.term_limit[k] for k in range(nx)),
         x0_low=tuple(m.x0_low[k] for k in range(nx)),
-        x0_high=tuple(m.x0_high[k] for k in range(nx)))
+        x0_high=tuple(m.x0_high[k] for k in range(nx)), actuated=int(m.actuated))
 
 
 def init_model(system: str, preset: str | None = None):

@@ -386,6 +386,71 @@ def test_inspect_prints_the_metadata(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["system"] == "pendulum"
 
 
+# What each plant's actuator drives, by the plants' definitions (README,
+# docs/double_pendulum.md: the acrobot's motor is at the elbow, the pendubot's
+# at the shoulder).
+DRIVES = {"pendulum": "pivot", "cartpole": "cart", "furuta": "arm", "acrobot": "elbow",
+          "pendubot": "shoulder"}
+
+
+@pytest.mark.parametrize("system,preset", PLANTS)
+def test_metadata_states_the_observation_convention(system, preset):
+    """``observation_convention``: one line from the plant layer naming the
+    observation, the pendulum angle's zero (upright: a small tilt at rest
+    falls away from it in the simulator), the units, the joint the actuator
+    drives and its direction (a positive command from rest at zero speeds
+    that coordinate up in the simulator)."""
+    spec = spec_of(system, preset)
+    text = metadata.for_controller(TinyPolicy(system, preset), "tiny", "0" * 64)[
+        "observation_convention"]
+    assert text == spec.observation_convention
+    assert "\n" not in text and "*/" not in text          # one line, safe in a C comment
+    assert text.startswith(f"obs [{', '.join(spec.obs_names)}]; ")
+    for name, unit in zip(spec.obs_names, spec.obs_units):
+        assert (f"{name} {unit}" in text) == (unit != "1")
+    pole = spec.state_names[spec.pole_angle]
+    assert "zero upright" in text.split(f"; {pole} the ", 1)[1].split(";")[0]
+
+    def velocities_after_one_step(x0, u):
+        sim = BatchSim(system, 1, preset)
+        sim.set_state({"x": np.array([x0], float)})
+        sim.step(np.array([u], np.float32))
+        return sim.get_state()["x"][0]
+
+    tilted = np.zeros(spec.nx)
+    tilted[spec.pole_angle] = 0.1
+    assert velocities_after_one_step(tilted, 0.0)[spec.pole_velocity] > 0   # zero is upright
+    robot = preset.removesuffix("-real") if system == "double_pendulum" else system
+    assert f"{spec.action_name} in {spec.action_unit} on the {DRIVES[robot]}" in text
+    driven = text.split("positive towards +", 1)[1].split()[0]
+    moved = velocities_after_one_step(np.zeros(spec.nx), 0.5 * spec.u_max)
+    assert moved[spec.state_names.index(f"{driven}_dot")] > 0
+    if system == "double_pendulum":
+        other = "shoulder" if robot == "acrobot" else "elbow"
+        assert f"(the {other} passive)" in text
+        assert ("theta1 the shoulder's angle, zero upright; theta2 the elbow's angle relative "
+                "to link 1, zero when the links are in line; both counter-clockwise positive"
+                ) in text
+
+
+def test_observation_convention_reaches_inspect_and_the_c_header(tmp_path, capsys):
+    """The pendubot's LQR exported through the command line: the convention
+    is in the ONNX metadata, `grpo-ctrl inspect` prints it, and the generated
+    header's comment carries it."""
+    onnx_path, c_dir = tmp_path / "lqr.onnx", tmp_path / "c"
+    assert main(["export", "--controller", "lqr", "--system", "double_pendulum", "--preset",
+                 "pendubot", "--onnx", str(onnx_path), "--c", str(c_dir)]) == 0
+    capsys.readouterr()
+    text = spec_of("double_pendulum", "pendubot").observation_convention
+    meta = metadata.parse(metadata.raw(onnx.load(str(onnx_path))))
+    assert meta["observation_convention"] == text
+    assert main(["inspect", str(onnx_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("observation_convention") and line.endswith(text)
+               for line in lines)
+    assert f" *   observation_convention: {text}\n" in (c_dir / "policy.h").read_text()
+
+
 # ---------------------------------------------------------------- verification
 def test_verify_detects_a_different_controller(tmp_path, capsys):
     export_onnx(TinyPolicy("pendulum", seed=0), tmp_path / "a.onnx", source="a")
