@@ -28,7 +28,7 @@ from grpo_ctrl.firmware_bridge._firmware import ffi, lib
 from grpo_ctrl.firmware_bridge.protocol import FAULTS, MODES
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.option_types import number, probability, seconds, seed
-from grpo_ctrl.plant import plant_spec, resolve_plant, system_id
+from grpo_ctrl.plant import plant_spec, resolve_plant, system_id, systems
 from grpo_ctrl.plant_file import PlantValues
 
 
@@ -39,7 +39,8 @@ class HilConfig:
     preset: str | None = None        # the system's first preset
     rate: float | None = None        # control rate, Hz (default: the preset's)
     angle0: float | None = None      # start at rest with the pendulum at this angle
-                                     # (rad from upright); default: the preset's draw
+                                     # (rad from upright; the double pendulum's shoulder,
+                                     # the elbow straight); default: the preset's draw
     hold_until_armed: bool = False   # hold the plant still until first armed, as a hand would
     plant: PlantValues | None = None  # a plant that is not the preset (grpo_ctrl.plant_file)
     sensor_noise: float = 0.0        # std of Gaussian noise on every position sensor before
@@ -48,7 +49,8 @@ class HilConfig:
     device_id: int = 1
     watchdog_ms: float | None = None     # default: two control periods
     velocity_limit: float | None = None  # every channel; default: the plant's (PlantSpec), 0 = none
-    position_limit: float | None = None  # channel 0; default: the plant's (PlantSpec), 0 = none
+    position_limit: float | None = None  # channel 0 (cart, arm, the double pendulum's
+                                         # shoulder); default: the plant's (PlantSpec), 0 = none
     velocity_cutoff_hz: float = 20.0  # device velocity low-pass cutoff, 0 = none
     device_gains: tuple | None = None  # link an on-device controller u = -K obs (PROTOCOL.md)
     corrupt: float = 0.0             # probability that a byte is corrupted
@@ -264,14 +266,17 @@ def spawn_hil(*cli_args: str):
 # ---------------------------------------------------------------------- CLI
 def add_arguments(p: argparse.ArgumentParser) -> None:
     milliseconds = number(float, 0.0, 10_000.0, unit=" (ms)")
-    p.add_argument("--system", default="pendulum", help="plant: pendulum, cartpole or furuta")
+    p.add_argument("--system", default="pendulum",
+                   help=f"plant: {', '.join(systems())} (default: pendulum)")
     p.add_argument("--preset", default=None, help="parameter preset (default: the system's first)")
     p.add_argument("--rate", type=number(float, 1.0, 20000.0, unit=" Hz"), default=None,
                    metavar="HZ",
                    help="control rate (default: the preset's; 1000 for a 1 kHz loop)")
     p.add_argument("--angle0", type=number(float, -100.0, 100.0, unit=" (rad)"), default=None,
                    metavar="RAD",
-                   help="start at rest with the pendulum at this angle from upright")
+                   help="start at rest with the pendulum at this angle from upright, every "
+                        "other coordinate zero (double_pendulum: the shoulder's angle, the "
+                        "elbow straight; pi hangs it)")
     p.add_argument("--hold-until-armed", action="store_true",
                    help="hold the plant at its start until the host first arms it")
     g = p.add_argument_group("a plant that is not the preset")
@@ -299,10 +304,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: two control periods)")
     p.add_argument("--velocity-limit", type=number(float, 0.0, 1e6, unit=" (0: none)"),
                    default=None,
-                   help="disarm beyond this speed, rad/s or m/s (0: none)")
+                   help="disarm beyond this speed, rad/s or m/s, on every sensor "
+                        "(double_pendulum: either joint; default: the plant's, 0: none)")
     p.add_argument("--position-limit", type=number(float, 0.0, 1e6, unit=" (0: none)"),
                    default=None,
-                   help="disarm when channel 0 (cart or arm) goes beyond this, rad or m (0: none)")
+                   help="disarm when channel 0 (cart, arm, or double_pendulum's shoulder, "
+                        "counted from upright over whole turns; the elbow has none) goes "
+                        "beyond this, rad or m (default: the plant's, 0: none)")
     p.add_argument("--velocity-cutoff", type=number(float, 0.0, 1e5, unit=" Hz (0: none)"),
                    default=20.0, metavar="HZ",
                    help="low-pass cutoff of the device's velocity estimate (0: raw differences)")
