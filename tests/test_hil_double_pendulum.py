@@ -12,6 +12,7 @@ import pytest
 from grpo_ctrl.firmware_bridge import protocol as P
 from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil
 from grpo_ctrl.firmware_bridge.telemetry import read_telemetry
+from grpo_ctrl.realaigym_double import GOAL_EPS
 from grpo_ctrl.sim import BatchSim
 
 from conftest import export_baseline
@@ -31,12 +32,19 @@ COUNTS_PER_REV = 4096
 # watchdog itself; these tests are about the chain.
 WATCHDOG_MS = START["watchdog_ms"]
 # What "upright at the end" means for a flight: both joints within this of
-# upright, wrapped, over the last second armed. The LQR holds well inside it
-# (the acrobot's 4096-count encoders leave a limit cycle of a few 0.01 rad).
-UPRIGHT = 0.1  # rad
+# upright, wrapped, over the last second armed (the plant) and in the last
+# armed STATE (the host): 0.1 rad for the LQR, which holds well inside it;
+# for a trained swing-up, the 0.35 rad of RealAIGym's robustness v2 success
+# test (realaigym_double.GOAL_EPS). Their test's 1 rad/s on the velocities is
+# left out: the acrobot's LQR, fed 4096-count encoders through the device's
+# 20 Hz velocity filter, holds within 0.06 rad in a limit cycle whose
+# velocities reach 2-4 rad/s (the pendubot's: 0.003 rad, 0.3 rad/s).
+LQR_UPRIGHT = 0.1             # rad
+SWINGUP_UPRIGHT = GOAL_EPS[0]  # rad
 
-# A GRPO policy trained on the pendubot preset (tests/data/README.md says how);
-# until it is committed the swing-up flight is skipped.
+# A GRPO policy trained on the pendubot preset, exported with its metadata
+# (grpo-ctrl export RUN --onnx ...); until it is committed the swing-up
+# flight is skipped.
 TRAINED_PENDUBOT_POLICY = Path(__file__).parent / "data" / "double-pendulum-pendubot-grpo.onnx"
 
 
@@ -151,13 +159,14 @@ def fly(policy, preset, angle0, tmp_path, duration=10):
     return trace, armed, log
 
 
-def assert_upright_at_the_end(trace, armed, log):
+def assert_upright_at_the_end(trace, armed, log, bound):
     t = trace["t"][armed]
     last = t >= t[-1] - 1.0
     x = trace["x"][armed]
     for joint in (0, 1):                                    # what the plant did
-        assert np.max(wrapped(x[last, joint])) < UPRIGHT, joint
-    assert max(final_armed_angles(log)) < UPRIGHT            # what the host saw
+        worst = np.max(wrapped(x[last, joint]))
+        assert worst < bound, f"joint {joint + 1} up to {worst:.3f} rad off upright"
+    assert max(final_armed_angles(log)) < bound              # what the host saw
 
 
 @pytest.mark.parametrize("preset", ["acrobot", "pendubot"])
@@ -167,14 +176,14 @@ def test_lqr_holds_it_upright_over_the_pty_at_500_hz(lqr, preset, tmp_path):
     trace, armed, log = fly(lqr(preset), preset, 0.05, tmp_path)
     x = trace["x"][armed]
     assert wrapped(x[0, 0]) == pytest.approx(0.05, abs=0.01)   # it started off upright
-    assert_upright_at_the_end(trace, armed, log)
+    assert_upright_at_the_end(trace, armed, log, LQR_UPRIGHT)
 
 
 def test_trained_policy_swings_the_pendubot_up_from_hanging(tmp_path):
     if not TRAINED_PENDUBOT_POLICY.exists():
-        pytest.skip(f"no trained pendubot policy yet: {TRAINED_PENDUBOT_POLICY.name} is not in "
-                    "tests/data (train and export one: tests/data/README.md)")
+        pytest.skip(f"no trained pendubot policy yet: tests/data/{TRAINED_PENDUBOT_POLICY.name} "
+                    "is absent (train one, then grpo-ctrl export RUN --onnx that path)")
     trace, armed, log = fly(TRAINED_PENDUBOT_POLICY, "pendubot", math.pi, tmp_path)
     x = trace["x"][armed]
     assert wrapped(x[0, 0]) > 3.0 and wrapped(x[0, 1]) < 0.01   # it started hanging
-    assert_upright_at_the_end(trace, armed, log)
+    assert_upright_at_the_end(trace, armed, log, SWINGUP_UPRIGHT)
