@@ -149,8 +149,12 @@ static double step_reward(const ps_model *m, const double *p, const double *x, d
 {
   switch (m->reward_kind) {
   case PS_REWARD_ALIVE: return 1.0;
-  case PS_REWARD_HEIGHT:
-    return -quadratic_cost(m, x, u) - m->w_height * (1.0 - plant_height(m, p, x));
+  case PS_REWARD_HEIGHT: {
+    const double h = plant_height(m, p, x);
+    return -quadratic_cost(m, x, u) - m->w_height * (1.0 - h) -
+           (h < m->up_height ? m->w_down : 0.0) -
+           m->w_power * fabs(u * plant_driven_velocity(m, x));
+  }
   default: return -quadratic_cost(m, x, u);
   }
 }

@@ -38,7 +38,8 @@ enum { PS_EULER = 0, PS_SEMI_EULER = 1, PS_RK4 = 2 };
  * every step taken (Gymnasium's CartPole). HEIGHT: the quadratic reward
  * minus w_height (1 - h), h the height of the plant's tip over its reach
  * (1 upright, -1 hanging; the double pendulum's end effector, the pole's
- * cos otherwise). */
+ * cos otherwise), minus w_down while h is below up_height, minus w_power
+ * |u v|, v the driven joint's velocity (the motor's mechanical power). */
 enum { PS_REWARD_QUADRATIC = 0, PS_REWARD_ALIVE = 1, PS_REWARD_HEIGHT = 2 };
 
 /* Per-environment parameter indices, one list per plant (SI units).
@@ -133,6 +134,10 @@ typedef struct {
   double w_x[PS_MAX_NX];    /* quadratic state weights */
   double w_u;               /* quadratic action weight */
   double w_height;          /* PS_REWARD_HEIGHT's weight */
+  double w_down;            /* PS_REWARD_HEIGHT: cost of a step begun with the
+                               tip below up_height (a leaderboard's "up") */
+  double up_height;         /* in units of the reach, as h */
+  double w_power;           /* PS_REWARD_HEIGHT: weight of |u v| */
   double term_limit[PS_MAX_NX]; /* terminate when |x_k| > limit (0 = none) */
   double term_reward;       /* added to the reward of a terminating step */
   int max_steps;            /* truncate after this many steps (0 = never) */

@@ -161,6 +161,16 @@ double plant_energy(const ps_model *m, const double *p, const double *x)
   }
 }
 
+double plant_driven_velocity(const ps_model *m, const double *x)
+{
+  switch (m->system) {
+  case PS_PENDULUM: return x[1];
+  case PS_CARTPOLE: return x[1];
+  case PS_DOUBLE_PENDULUM: return x[2 + m->actuated];
+  default: return x[2];
+  }
+}
+
 double plant_height(const ps_model *m, const double *p, const double *x)
 {
   switch (m->system) {
@@ -543,7 +553,8 @@ int ps_model_check(const ps_model *m)
   if (!(m->dt > 0) || m->substeps < 1 || m->integrator < PS_EULER ||
       m->integrator > PS_RK4 || m->delay < 0 || m->delay > PS_MAX_DELAY ||
       !(m->u_max > 0) || m->v_max < 0 || !(m->coulomb_vc >= 0) || m->max_steps < 0 ||
-      m->actuated < 0 || m->actuated > 1 || !(m->w_height >= 0))
+      m->actuated < 0 || m->actuated > 1 || !(m->w_height >= 0) || !(m->w_down >= 0) ||
+      !(m->w_power >= 0) || !isfinite(m->up_height))
     return PS_ERR_MODEL;
   for (int k = 0; k < m->nx; ++k)
     if (m->enc_counts[k] < 0 || m->noise_std[k] < 0 || m->x0_low[k] > m->x0_high[k])

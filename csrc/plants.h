@@ -10,6 +10,8 @@ void plant_dynamics(const ps_model *m, const double *p, const double *x, double 
 double plant_energy(const ps_model *m, const double *p, const double *x);
 /* Height of the plant's tip over its reach: 1 upright, -1 hanging. */
 double plant_height(const ps_model *m, const double *p, const double *x);
+/* Velocity of the joint (or cart) the actuator drives. */
+double plant_driven_velocity(const ps_model *m, const double *x);
 int plant_is_angle(int system, int k);
 int plant_is_angular_velocity(int system, int k);
 

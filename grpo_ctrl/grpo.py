@@ -151,6 +151,11 @@ class GroupRollout:
         self._roll = (self._roll_c if cfg.c_rollout and cfg.activation == "relu"
                       else self._roll_torch)
 
+    def set_cost_scale(self, scale: float) -> None:
+        """The reward's costs of effort at ``scale`` of the plant's (BatchSim.scale_costs)."""
+        for sim in (self.pool, self.group, self.snapshot):
+            sim.scale_costs(scale)
+
     def restart(self, seed: int) -> None:
         """Fresh trajectories in the whole pool, from ``seed`` (a resumed run)."""
         self.pool.reset(seed=seed)
@@ -609,6 +614,7 @@ class Trainer:
         self.eval_seed = 1_000_003 + cfg.seed  # the same start states at every evaluation
         self.iteration = 0
         self.eps_scale = 1.0
+        self.cost_scale = 1.0  # set_progress's
         ranks.broadcast_parameters(self.policy)  # the same start on every rank, whatever seeds did
         # the pool starts from resets; prime the normaliser with what they look like
         ranks.reduce_batch(self.policy.obs_norm,
@@ -634,7 +640,7 @@ class Trainer:
         if self._collector is None:
             runtime.use_threads(1)
             return self.rollout.collect(self.policy, self.gen)
-        batch = self._collector.next_batch(self.policy)
+        batch = self._collector.next_batch(self.policy, self.cost_scale)
         self.rollout.sim_steps = batch.sim_steps
         batch.obs = self.policy.normalise(batch.raw_loss_obs).contiguous()
         return batch
@@ -676,7 +682,7 @@ class Trainer:
             self.eps_scale = adapt_clip(self.eps_scale, stats["kl_old"], cfg.kl_target)
         self.policy.refresh_norm()
         if self._collector is not None:  # for the batch after the one it is collecting
-            self._collector.updated(self.policy)
+            self._collector.updated(self.policy, self.cost_scale)
         self.iteration += 1
         if self.ref is not None and self.iteration % cfg.ref_refresh == 0:
             self.set_ref(self.policy)
@@ -690,11 +696,17 @@ class Trainer:
 
     def set_progress(self, fraction: float) -> None:
         """The learning rate falls linearly from lr to lr_end * lr over the run (fraction 0
-        to 1 of the budget): fine steps at the end polish the final policy."""
+        to 1 of the budget): fine steps at the end polish the final policy. The reward's costs
+        of effort are off before ``costs_from`` of it."""
         frac = min(max(fraction, 0.0), 1.0)
         scale = 1.0 - (1.0 - self.cfg.lr_end) * frac
         for group in self.opt.param_groups:
             group["lr"] = self.cfg.lr * scale
+        # the costs of effort apply from costs_from of the run on, at 1 % before (some cost of
+        # velocity keeps the swing-up from spinning); the collector's rollout gets the scale
+        # with the next policy
+        self.cost_scale = 1.0 if frac >= self.cfg.costs_from else 0.01
+        self.rollout.set_cost_scale(self.cost_scale)
 
     def evaluate(self) -> tuple[float, float]:
         """(mean return, success rate) of the deterministic policy, on plants

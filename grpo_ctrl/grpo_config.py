@@ -74,6 +74,10 @@ class GRPOConfig:
                                  choices=("greedy", "softmax", "random", "mean"))
     w_du: float = _rollout(0.0, "action-rate penalty: each decision loses w_du (du / u_max)^2, "
                            "for smooth commands on a real motor", low=0.0, high=1e6)
+    costs_from: float = _rollout(0.0, "fraction of the budget before which the reward's costs "
+                                 "of effort (command, motor power, velocities) are at 1 %: a "
+                                 "swing-up found first, then made economical (0 = on from the "
+                                 "start)", low=0.0, high=1.0)
     # advantage and loss
     adv_scale: str = _loss("group", "divide centred returns by the std of the group, the "
                            "batch, or nothing", choices=("group", "batch", "none"))

@@ -91,7 +91,8 @@ class SharedSlots:
 
 
 def _serve(conn, parent: int, make_rollout, make_policy, seed: int, slots: SharedSlots) -> None:
-    """The collector's loop: a policy in, a batch collected by it out, until None."""
+    """The collector's loop: a policy (and the reward's cost scale) in, a batch collected
+    by it out, until None."""
     _die_with_parent()
     if os.getppid() != parent:  # the trainer died before the line above took effect
         os._exit(0)
@@ -102,9 +103,11 @@ def _serve(conn, parent: int, make_rollout, make_policy, seed: int, slots: Share
     gen = torch.Generator().manual_seed(seed + 1)
     conn.send("ready")
     which = 0  # the set of slots the next batch goes to: they alternate
-    while (state := conn.recv()) is not None:
+    while (message := conn.recv()) is not None:
         try:
+            state, cost_scale = message
             policy.load_numpy_state(state)
+            rollout.set_cost_scale(cost_scale)
             conn.send(slots.pack(rollout.collect(policy, gen), which))
             which = (which + 1) % slots.SETS
         except Exception as e:  # reported, and raised, by the trainer
@@ -171,14 +174,15 @@ class OverlapCollector:
             self.close()
             raise RuntimeError("the overlap collector did not start")
 
-    def next_batch(self, policy):
+    def next_batch(self, policy, cost_scale: float = 1.0):
         """The batch collected with the policy of one update ago; the first two
         times, with this one (two batches from the start keep one in hand while the
-        trainer updates)."""
+        trainer updates). ``cost_scale``: the reward's costs of effort for those two
+        (``GroupRollout.set_cost_scale``)."""
         link = self._link
         if not link.pending:
             for _ in range(2):
-                link.pipe.send(policy.numpy_state())
+                link.pipe.send((policy.numpy_state(), cost_scale))
             link.pending = 2
         message = link.pipe.recv()
         link.pending -= 1
@@ -186,12 +190,12 @@ class OverlapCollector:
             raise message
         return self._slots.unpack(message)
 
-    def updated(self, policy) -> None:
+    def updated(self, policy, cost_scale: float = 1.0) -> None:
         """The policy an update has just made, for the batch after the one in hand:
         sent now, it waits in the pipe until the collector finishes that one, so the
         collector does not wait for the trainer's round trip (0.23 ms an iteration,
         docs/research.md §13)."""
-        self._link.pipe.send(policy.numpy_state())
+        self._link.pipe.send((policy.numpy_state(), cost_scale))
         self._link.pending += 1
 
     def close(self) -> None:

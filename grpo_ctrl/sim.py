@@ -31,7 +31,8 @@ INTEGRATORS = {"euler": lib.PS_EULER, "semi_euler": lib.PS_SEMI_EULER, "rk4": li
 # model fields a caller may override, with their kind
 _SCALAR_FIELDS = {"dt": float, "substeps": int, "u_max": float, "v_max": float,
                   "delay": int, "max_steps": int, "term_reward": float, "w_u": float,
-                  "coulomb_vc": float}
+                  "coulomb_vc": float, "w_height": float, "w_down": float,
+                  "up_height": float, "w_power": float}
 _VECTOR_FIELDS = ("noise_std", "enc_counts", "w_x", "term_limit", "x0_low", "x0_high")
 
 _ERRORS = {
@@ -206,6 +207,21 @@ class BatchSim:
     def model(self):
         """The C model struct (read it; changing it after construction is at your own risk)."""
         return self._model
+
+    def scale_costs(self, scale: float) -> None:
+        """The reward's costs of effort at ``scale`` times the model's: the command
+        (``w_u``), the motor's power (``w_power``) and the velocities (the second half
+        of ``w_x``); the task's own terms (angles, height, time below it) unchanged.
+        ``GRPOConfig.costs_from`` turns them on part way through a run."""
+        if not 0.0 <= scale <= 1e6:
+            raise ValueError(f"cost scale must be in [0, 1e6], got {scale!r}")
+        m = self._model
+        if not hasattr(self, "_costs"):  # the model's own, the first time
+            self._costs = (m.w_u, m.w_power, [m.w_x[k] for k in range(m.nx // 2, m.nx)])
+        w_u, w_power, w_v = self._costs
+        m.w_u, m.w_power = w_u * scale, w_power * scale
+        for k, w in enumerate(w_v, start=m.nx // 2):
+            m.w_x[k] = w * scale
 
     # ------------------------------------------------------------------ stepping
     def seed(self, seed: int) -> None:

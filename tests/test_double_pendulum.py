@@ -227,7 +227,7 @@ def test_hanging_and_upright_are_equilibria_and_the_observation_is_cos_sin():
                                                   np.sin(-1.2), 2.0, -3.0], atol=1e-7)
 
 
-def test_episodes_are_5000_steps_from_rest_and_the_reward_is_the_height_shaping():
+def test_episodes_are_5000_steps_from_rest_and_the_reward_is_the_score_step_by_step():
     sim = BatchSim("double_pendulum", 2, "pendubot")
     obs = sim.reset()
     np.testing.assert_allclose(obs, [[-1, 0, 1, 0, 0, 0]] * 2, atol=1e-15)
@@ -237,9 +237,31 @@ def test_episodes_are_5000_steps_from_rest_and_the_reward_is_the_height_shaping(
     u = np.array([3.0, -7.0], np.float32)
     _, reward, _, _ = sim.step(u)
     h = (0.2 * np.cos(0.4) + 0.3 * np.cos(0.4 - 0.7)) / 0.5
-    for r, ui in zip(reward, (3.0, -6.0)):  # the torque cost sees the saturated command
-        want = -(m.w_height * (1 - h) + m.w_x[2] * 1.5**2 + m.w_x[3] * 2.5**2 + m.w_u * ui**2)
+    # the leaderboard's score step by step (plant_double.h): its normalisers' rates over the
+    # swing-up time's, the costs of effort at 0.3 of them
+    assert (m.w_down, m.up_height, m.w_u, m.w_x[2], m.w_x[3], m.w_power) == pytest.approx(
+        (1.0, 0.9, 0.3 * 20 / 20, 0.3 * 20 / 400, 0.3 * 20 / 400, 0.3 * 20 / 60), rel=1e-15)
+    for r, ui in zip(reward, (3.0, -6.0)):  # the costs see the saturated command
+        want = -(m.w_height * (1 - h) + m.w_x[2] * 1.5**2 + m.w_x[3] * 2.5**2 + m.w_u * ui**2 +
+                 m.w_power * abs(ui * 1.5))  # h = 0.94: up, no w_down
         assert r == pytest.approx(want, rel=1e-14)
+    # the leaderboard's terms: a cost while the end effector is below a height (0.9 of its reach
+    # there), and the motor's mechanical power |u v|, v the driven joint's velocity (the
+    # shoulder's, 1.5 rad/s)
+    for up_height, down in ((h + 1e-9, 0.75), (h - 1e-9, 0.0)):
+        sim = BatchSim("double_pendulum", 2, "pendubot", w_down=0.75, up_height=up_height,
+                       w_power=0.2)
+        sim.reset()
+        sim.set_state({"x": np.stack([x, x])})
+        _, reward, _, _ = sim.step(u)
+        for r, ui in zip(reward, (3.0, -6.0)):
+            want = -(m.w_height * (1 - h) + m.w_x[2] * 1.5**2 + m.w_x[3] * 2.5**2 +
+                     m.w_u * ui**2 + down + 0.2 * abs(ui * 1.5))  # w_power overridden: 0.2
+            assert r == pytest.approx(want, rel=1e-14)
+    acrobot = BatchSim("double_pendulum", 1, "acrobot", w_power=0.2, w_x=[0, 0, 0, 0], w_u=0.0,
+                       w_height=0.0)
+    acrobot.set_state({"x": x[None]})
+    assert acrobot.step(np.array([3.0], np.float32))[1][0] == pytest.approx(-0.2 * 3.0 * 2.5)
     sim.reset()
     steps = 0
     while True:

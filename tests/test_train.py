@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -23,6 +23,7 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import GRPOConfig, default_config
 from grpo_ctrl.policy import ACTIVATIONS, GaussianPolicy, load_policy_controller, plain_sin
+from grpo_ctrl.sim import BatchSim
 
 torch.set_num_threads(1)
 
@@ -91,6 +92,39 @@ def test_overlapped_collection_learns_and_is_reproducible():
     synchronous = _trained(3, 3, overlap=False)
     overlapped = _trained(3, 3, overlap=True)
     assert not torch.equal(synchronous.policy.net[0].weight, overlapped.policy.net[0].weight)
+
+
+def test_the_costs_of_effort_apply_from_costs_from_in_either_process():
+    """Before costs_from of the budget the reward's costs of effort are at 1 % (the
+    double pendulum's swing-up is found first); the overlap collector's rollout gets the
+    scale with each policy. The first batch is the same trajectories under each scale."""
+    sim = BatchSim("double_pendulum", 1, "pendubot")
+    m = sim.model
+    x, u = np.array([2.0, -0.7, 1.5, -2.5]), np.float32(3.0)
+    h = (0.2 * np.cos(2.0) + 0.3 * np.cos(2.0 - 0.7)) / 0.5
+    task = m.w_height * (1 - h) + m.w_down  # below 0.9: the time term
+    effort = m.w_u * 9.0 + m.w_x[2] * 1.5**2 + m.w_x[3] * 2.5**2 + m.w_power * 3.0 * 1.5
+    for scale in (1.0, 0.01, 0.0):
+        sim.scale_costs(scale)
+        sim.set_state({"x": x[None]})
+        assert sim.step(np.array([u]))[1][0] == pytest.approx(-(task + scale * effort),
+                                                              rel=1e-13)
+    cfg = replace(default_config("double_pendulum", "pendubot"), num_starts=4, group_size=4,
+                  horizon=16, loss_steps=8, seed=3, **SHORT)
+
+    def first_return(costs_from: float, progress: float, overlap: bool) -> float:
+        trainer = Trainer(replace(cfg, costs_from=costs_from, overlap=overlap),
+                          "double_pendulum", "pendubot")
+        try:
+            trainer.set_progress(progress)
+            assert trainer.cost_scale == (0.01 if progress < costs_from else 1.0)
+            return trainer.step()["branch_return"]
+        finally:
+            trainer.close()
+    for overlap in (False, True):
+        full = first_return(0.0, 0.2, overlap)
+        assert first_return(0.5, 0.6, overlap) == full
+        assert first_return(0.5, 0.2, overlap) > full + 1.0
 
 
 @dataclass
@@ -470,7 +504,7 @@ def test_train_help_lists_the_fields_by_section(capsys):
     fields' flags and no other's; every field belongs to a section."""
     from dataclasses import fields
     from grpo_ctrl.grpo_config import SECTIONS
-    assert len(fields(GRPOConfig)) <= 45
+    assert len(fields(GRPOConfig)) <= 46  # costs_from: the double pendulum's presets
     assert cli.main(["train", "--help"]) == 0
     text = capsys.readouterr().out
     heads = [text.index(f"GRPO: {name} ") for name in SECTIONS]
