@@ -4,18 +4,19 @@ encoders, one motor), its plant is the simulator's stepped with the same
 commands, and ``grpo-ctrl run`` holds it upright with the exported LQR and
 swings it up with a trained policy."""
 import math
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from grpo_ctrl.firmware_bridge import protocol as P
-from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil
+from grpo_ctrl.firmware_bridge.hil import HilConfig, serve_hil, spawn_hil
 from grpo_ctrl.firmware_bridge.telemetry import read_telemetry
 from grpo_ctrl.realaigym_double import GOAL_EPS
 from grpo_ctrl.sim import BatchSim
 
-from conftest import export_baseline
+from conftest import CLI, export_baseline
 from test_hil import Client, relax_watchdog
 from test_run import START, armed_span, grpo_run, summary_of, wrapped
 
@@ -25,10 +26,13 @@ U_MAX = 6.0            # N m, the motor's limit
 # hw_sim.c's encoder on an angle whose model has none: 4096 counts per revolution
 COUNTS_PER_REV = 4096
 # The watchdog of the closed-loop tests: START's 150 ms, not the default two
-# periods (4 ms). Measured on this 2-core VM, idle (load average 0.1-0.3):
-# 10 s of LQR holding with the default tripped it in 5 of 10 runs (one STATE
-# reaching the host 3-4 ms late, through the pty, is enough at 500 Hz;
-# firmware_bridge/README.md, "On a busy machine"). test_hil checks the
+# periods (4 ms). Measured on a 2-core VM (AMD EPYC), 10 s of LQR holding
+# through `grpo-ctrl hil` and `grpo-ctrl run`: the default tripped in 4 of 10
+# runs idle, 8 of 10 beside one training process, 8 of 10 under
+# `benchmarks/loadgen.py cpu` (the single pendulum at --rate 500: 5 of 5),
+# each from one STATE whose answer came back more than 4 ms after it left
+# (the pty and the host stalled a few ms; round trips p99 0.3-1.1 ms);
+# firmware_bridge/README.md, "On a busy machine". test_hil checks the
 # watchdog itself; these tests are about the chain.
 WATCHDOG_MS = START["watchdog_ms"]
 # What "upright at the end" means for a flight: both joints within this of
@@ -76,6 +80,24 @@ def test_hello_reports_the_double_pendulum(preset):
     assert info.watchdog_us == 2 * PERIOD_US
     # continuous rotation: no default position or velocity limit on either joint
     assert tuple(info.pos_limit[:2]) == tuple(info.vel_limit[:2]) == (0.0, 0.0)
+
+
+def test_hil_command_line_serves_it_and_refuses_a_bad_preset_in_one_line():
+    help_text = subprocess.run(CLI + ["hil", "--help"], capture_output=True, text=True).stdout
+    assert "double_pendulum" in help_text
+    process, port = spawn_hil("--system", SYSTEM, "--preset", "acrobot", "--angle0", str(math.pi),
+                              "--duration", "1")
+    c = Client(port)
+    try:
+        info = c.request(P.Hello(), P.Info)
+    finally:
+        c.close()
+    out, _ = process.communicate(timeout=10)
+    assert process.returncode == 0 and (info.system_name, info.preset) == (SYSTEM, "acrobot")
+    r = subprocess.run(CLI + ["hil", "--system", SYSTEM, "--preset", "rig"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "unknown preset 'rig' for double_pendulum" in r.stderr and "acrobot" in r.stderr
 
 
 def counts(angle):
