@@ -28,7 +28,7 @@ COUNTS_PER_REV = 4096
 # The watchdog of the closed-loop tests: START's 150 ms, not the default two
 # periods (4 ms). Measured on a 2-core VM (AMD EPYC), 10 s of LQR holding
 # through `grpo-ctrl hil` and `grpo-ctrl run`: the default tripped in 4 of 10
-# runs idle, 8 of 10 beside one training process, 8 of 10 under
+# runs idle, 7 of 10 beside one training process, 8 of 10 under
 # `benchmarks/loadgen.py cpu` (the single pendulum at --rate 500: 5 of 5),
 # each from one STATE whose answer came back more than 4 ms after it left
 # (the pty and the host stalled a few ms; round trips p99 0.3-1.1 ms);
