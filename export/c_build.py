@@ -93,8 +93,9 @@ def check_c(src, model, obs: np.ndarray) -> float:
     return err if np.isfinite(err) else float("inf")
 
 
-def quantized_c(model, name: str = "policy", pack: bool = False, block: int = 1):
-    """``generate_c(quantize="q15")`` calibrated on the plant's operating
+def quantized_c(model, name: str = "policy", pack: bool = False, block: int = 1,
+                quantize: str = "q15"):
+    """``generate_c(quantize=quantize)`` (q15 or int16) calibrated on the plant's operating
     observations (the model's metadata names the plant), its error against
     onnxruntime measured on the host on other observations of that range
     and written into the header; ``UserError`` beyond ``q15.TOLERANCE`` of
@@ -105,15 +106,17 @@ def quantized_c(model, name: str = "policy", pack: bool = False, block: int = 1)
 
     meta = metadata.parse(metadata.raw(model))
     if "system" not in meta or "preset" not in meta:
-        raise UserError("--quantize q15 calibrates on the plant's operating range; this ONNX "
+        raise UserError(f"--quantize {quantize} calibrates on the plant's operating range; this ONNX "
                         "file does not name its plant (export it with grpo-ctrl export)")
     calibration = operating_observations(meta["system"], meta["preset"], seed=0)
-    src = generate_c(model, name, pack=pack, block=block, quantize="q15",
+    src = generate_c(model, name, pack=pack, block=block, quantize=quantize,
                      calibration=calibration)
     err, obs = None, operating_observations(meta["system"], meta["preset"], seed=1)
     if host_cc() is not None:
         err = check_c(src, model, obs)
-        q15.check_error(err, meta.get("u_max"))
-    src.error = q15.summary(err, meta.get("u_max"), len(obs))
-    src.h = q15.stamp(src.h, src.error)
+        q15.check_error(err, meta.get("u_max"), quantize)
+    from grpo_ctrl.export import int16
+    tol = int16.TOLERANCE if quantize == "int16" else q15.TOLERANCE
+    src.error = q15.summary(err, meta.get("u_max"), len(obs), tol)
+    src.h = q15.stamp(src.h, src.error, quantize)
     return src

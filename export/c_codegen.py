@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.export import metadata, q15
+from grpo_ctrl.export import int16, metadata, q15
 from grpo_ctrl.export import c_avr, c_cortex_m4
 from grpo_ctrl.export.c_avr import _packed  # noqa: F401  (tests read it here)
 from grpo_ctrl.export.c_cortex_m4 import _mac_macro  # noqa: F401  (tests read it here)
@@ -55,10 +55,13 @@ class SizeReport:
     packed_macs: int = 0  # of those, the ones whose weight is read packed (3.5 B)
     q15_macs: int = 0    # of those, the ones computed in q15 (generate_c's quantize)
     q15_io: int = 0      # inputs quantised plus outputs converted back, of the q15 products
+    int16_macs: int = 0  # of those, the ones in generate_c's quantize="int16" (the whole MLP)
 
     def summary(self) -> str:
         q = (f"; q15: {self.q15_macs} of the {self.macs} multiply-adds in 16-bit integers"
              if self.q15_macs else "")
+        if self.int16_macs:
+            q = f"; int16: all {self.int16_macs} multiply-adds in 16-bit integers, 32-bit sums"
         return (f"{self.const_bytes} B constants (flash), RAM {self.ram_bytes} B scratch "
                 f"on the stack; code size depends on the target (measured by grpo-ctrl "
                 f"firmware); libm: {', '.join(self.libm) or 'none'}{q}")
@@ -79,7 +82,7 @@ def check_c_name(name: str) -> str:
     return name
 
 
-QUANTIZE = ("q15",)  # generate_c's quantize choices
+QUANTIZE = ("q15", "int16")  # generate_c's quantize choices
 
 
 def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
@@ -101,11 +104,17 @@ def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
     point (``q15``: SMLALD on a Cortex-M4, the same integers in plain C
     elsewhere), their input scales from the largest values over
     ``calibration`` (observations (N, nobs)); no longer the float graph
-    exactly: ``c_build.quantized_c`` measures by how much."""
+    exactly: ``c_build.quantized_c`` measures by how much.
+    ``quantize="int16"``: the whole MLP in integers (``int16``: 16-bit
+    weights and activations, 32-bit sums, the normalisation folded into the
+    input's quantisation; for chips without an FPU), from the same
+    calibration."""
     check_c_name(name)
     if quantize is not None and quantize not in QUANTIZE:
         raise UserError(f"unknown quantization {quantize!r}; choose {', '.join(QUANTIZE)}")
     in_name, out_name, nobs = _io_sizes(model)
+    if quantize == "int16":
+        return _int16_c(model, name, nobs, calibration)
     em = _Emitter(list(model.opset_import), name=name, rom=f"{name.upper()}_ROM", pack=pack,
                   block=block)
     steps, tensors, consts, relu_outputs = walk(model, em, in_name, out_name, nobs)
@@ -132,6 +141,21 @@ def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,
     meta = metadata.raw(model)
     return CSource(name, _c_file(name, em, body, ram, out, nobs, size, meta),
                    _h_file(name, nobs, size, meta), size)
+
+
+def _int16_c(model: onnx.ModelProto, name: str, nobs: int, calibration) -> CSource:
+    """generate_c(quantize="int16"): the whole MLP in integers (``int16``)."""
+    if calibration is None:
+        raise UserError("int16 needs calibration observations for its input scales")
+    net = int16.quantize(int16.parse(model), calibration)
+    libm = ["tanhf"] if net.mlp.tanh else []
+    ram = 2 * (nobs + sum(layer.wq.shape[0] for layer in net.layers[:-1]))
+    size = SizeReport(0, ram, libm, net.macs, int16_macs=net.macs)
+    meta = metadata.raw(model)
+    src = CSource(name, int16.c_file(name, net, size.summary(), nobs), _h_file(name, nobs, size, meta),
+                  size)
+    src.net = net
+    return src
 
 
 def _meta_comment(meta: dict) -> str:

@@ -202,19 +202,21 @@ def packed_weights(layer: Layer) -> np.ndarray:
     return words.reshape(n // 2, 2, pairs // 2, 2).transpose(0, 2, 1, 3).reshape(-1)
 
 
-def summary(err: float | None, u_max: float | None, samples: int) -> str:
+def summary(err: float | None, u_max: float | None, samples: int, tol: float = TOLERANCE) -> str:
     """One line on the measured error of a q15 C (``err`` None: not measured)."""
     if err is None:
         return "error against onnxruntime not measured (no host C compiler)"
     rel = f" = {err / u_max:.2g} of u_max" if u_max else ""
     return (f"max |C - onnxruntime| = {err:.3g}{rel} over {samples} observations across the "
-            f"plant's operating range (tolerance {TOLERANCE:g} of u_max)")
+            f"plant's operating range (tolerance {tol:g} of u_max)")
 
 
-def stamp(h: str, line: str) -> str:
+def stamp(h: str, line: str, quantize: str = "q15") -> str:
     """The header with ``summary``'s line written in."""
     words, out = line.split(), []
-    cur = " * q15 (hidden layers in 16-bit fixed point), measured on the host at export:"
+    what = ("q15 (hidden layers in 16-bit fixed point)" if quantize == "q15" else
+            "int16 (every layer in 16-bit integers, 32-bit sums)")
+    cur = f" * {what}, measured on the host at export:"
     for w in words:
         if len(cur) + 1 + len(w) > 90:
             out.append(cur)
@@ -224,12 +226,16 @@ def stamp(h: str, line: str) -> str:
     return h.replace(" * Observation order:", "\n".join(out) + "\n *\n * Observation order:", 1)
 
 
-def check_error(err: float, u_max: float | None) -> None:
-    """UserError when the quantised C strays further than TOLERANCE of u_max."""
-    limit = TOLERANCE * (u_max or 1.0)
+def check_error(err: float, u_max: float | None, quantize: str = "q15") -> None:
+    """UserError when the quantised C strays further than its tolerance of
+    u_max (q15: TOLERANCE; int16: ``int16.TOLERANCE``)."""
+    from grpo_ctrl.export import int16
+
+    tol = int16.TOLERANCE if quantize == "int16" else TOLERANCE
+    limit = tol * (u_max or 1.0)
     if not err <= limit:
-        raise UserError(f"the q15 C differs from onnxruntime by {err:.3g} (> {limit:.3g}, "
-                        f"{TOLERANCE:g} of the command's limit); export it without --quantize")
+        raise UserError(f"the {quantize} C differs from onnxruntime by {err:.3g} (> {limit:.3g}, "
+                        f"{tol:g} of the command's limit); export it without --quantize")
 
 
 # ---------------------------------------------------------------- the generated C of a layer

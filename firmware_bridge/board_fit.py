@@ -26,7 +26,7 @@ def controller_c(b: Board, model, quantize: str | None = None):
     from grpo_ctrl.export.c_codegen import generate_c
 
     if quantize:
-        return quantized_c(model, "policy", pack=b.pack_weights, block=b.block)
+        return quantized_c(model, "policy", pack=b.pack_weights, block=b.block, quantize=quantize)
     return generate_c(model, "policy", pack=b.pack_weights, block=b.block)
 
 
