@@ -68,7 +68,9 @@ def add_arguments(p) -> None:
     p.add_argument("--quantize", choices=QUANTIZE,
                    help="q15: the hidden layers fed by a Relu in 16-bit fixed point (SMLALD on "
                         "a Cortex-M4; calibrated on the plant's operating range; refused beyond "
-                        f"{q15.TOLERANCE:g} of u_max from onnxruntime). Default: float, as ONNX")
+                        f"{q15.TOLERANCE:g} of u_max from onnxruntime); int16: the whole MLP in "
+                        "16-bit integers with 32-bit sums, for chips without an FPU (the Uno; "
+                        "refused beyond 2e-2 of u_max). Default: float, as ONNX")
 
 
 def run(args) -> int:
@@ -91,9 +93,10 @@ def run(args) -> int:
     if args.c is not None:
         from grpo_ctrl.export.c_build import check_c, host_cc, quantized_c
 
-        c_src = quantized_c(model, args.c_name) if args.quantize else generate_c(model, args.c_name)
+        c_src = (quantized_c(model, args.c_name, quantize=args.quantize) if args.quantize
+                 else generate_c(model, args.c_name))
         if args.quantize:
-            print(f"C (q15) vs onnxruntime: {c_src.error}")
+            print(f"C ({args.quantize}) vs onnxruntime: {c_src.error}")
         elif host_cc():
             obs = operating_observations(spec.system, spec.preset)
             err = check_c(c_src, model, obs)

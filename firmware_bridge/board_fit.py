@@ -20,8 +20,9 @@ def controller_c(b: Board, model, quantize: str | None = None):
     Uno the hidden-to-hidden weights packed (3.5 B a float, lossless); on the
     Cortex-M4F sixteen outputs per pass: sixteen accumulators, eight weights
     a VLDM and the input fill its 32 FPU registers without a spill.
-    ``quantize="q15"``: the hidden layers in fixed point
-    (``c_build.quantized_c``: calibrated, its error measured on the host)."""
+    ``quantize="q15"``: the hidden layers in fixed point; ``"int16"``: the
+    whole MLP in integers, for the Uno (``c_build.quantized_c``: calibrated,
+    its error measured on the host)."""
     from grpo_ctrl.export.c_build import quantized_c
     from grpo_ctrl.export.c_codegen import generate_c
 
@@ -132,14 +133,23 @@ UNO_TICK_FIXED, UNO_MAC, UNO_PACKED_MAC = 15400, 300, 315
 # integers; fitted to the q15 rig graph at H = 2, 4, 8 and 64 on simavr
 # (within 2.2 % of each)
 UNO_Q15_MAC, UNO_Q15_IO = 138, 423
+# --quantize int16 (the whole MLP in integers, export/int16.py): the tick with no
+# multiply-adds (the core, the observation, the input's quantisation, the output's
+# conversion, tanhf and clip) and one integer multiply-add, fitted to the rig graph with
+# every unit active at 3-2-1, 3-2-2-1, 3-4-4-1, 3-5-5-1, 3-6-6-1, 3-8-8-1 and 3-16-1 on
+# simavr (within 1.9 % of each)
+UNO_INT16_FIXED, UNO_INT16_MAC = 17580, 49
 UNO_ON_DEVICE_SHARE = 0.25  # of the period: the goal for the on-device tick
 
 
 def uno_tick_estimate(macs: int, packed_macs: int = 0, q15_macs: int = 0,
-                      q15_io: int = 0) -> float:
+                      q15_io: int = 0, int16_macs: int = 0) -> float:
     """Estimated cycles of the Uno's on-device tick for a controller with
     ``macs`` multiply-adds (``packed_macs`` of them on packed weights,
-    ``q15_macs`` in q15 with ``q15_io`` inputs and outputs)."""
+    ``q15_macs`` in q15 with ``q15_io`` inputs and outputs; ``int16_macs``:
+    the whole network in int16)."""
+    if int16_macs:
+        return UNO_INT16_FIXED + UNO_INT16_MAC * int16_macs
     floats = macs - packed_macs - q15_macs
     return (UNO_TICK_FIXED + UNO_MAC * floats + UNO_PACKED_MAC * packed_macs +
             UNO_Q15_MAC * q15_macs + UNO_Q15_IO * q15_io)
@@ -164,7 +174,8 @@ def on_device_timing(b: Board, policy_src, nobs: int, dt: float) -> str | None:
     if not b.timed_on_device:
         return None
     size = policy_src.size
-    est = uno_tick_estimate(size.macs, size.packed_macs, size.q15_macs, size.q15_io)
+    est = uno_tick_estimate(size.macs, size.packed_macs, size.q15_macs, size.q15_io,
+                            getattr(size, "int16_macs", 0))
     budget = b.clock_hz * dt
     share = est / budget
     h = uno_widest_in_time(nobs, UNO_ON_DEVICE_SHARE * budget)
@@ -184,7 +195,10 @@ def tick_estimate(b: Board, size) -> float:
     """Estimated cycles of board ``b``'s on-device tick (fw_tick with the core
     calling the policy) for a controller of ``size`` (``c_codegen.SizeReport``),
     by the board's ``tick_model``: on the Uno fitted to simavr's counts, on the
-    Cortex-M4F to the TRM model on QEMU's trace."""
+    Cortex-M4F to the TRM model on QEMU's trace; a controller in int16 on
+    the Uno by ``UNO_INT16_FIXED`` and ``UNO_INT16_MAC``."""
+    if getattr(size, "int16_macs", 0) and b.timed_on_device:
+        return uno_tick_estimate(size.macs, int16_macs=size.int16_macs)
     fixed, mac, packed, q15, io = b.tick_model
     floats = size.macs - size.packed_macs - size.q15_macs
     return fixed + mac * floats + packed * size.packed_macs + q15 * size.q15_macs + io * size.q15_io

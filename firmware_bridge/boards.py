@@ -64,7 +64,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantize", choices=QUANTIZE,
                    help="q15: the policy's hidden layers in 16-bit fixed point (SMLALD on the "
                         "Cortex-M4: 7.5 %% of a 1 kHz period at 168 MHz rather than 10.8 %%; "
-                        "within 1e-3 of u_max of onnxruntime, measured and refused beyond)")
+                        "within 1e-3 of u_max of onnxruntime, measured and refused beyond); "
+                        "int16: the whole MLP in 16-bit integers with 32-bit sums, for the Uno "
+                        "(within 2e-2 of u_max, measured and refused beyond; chosen on the uno "
+                        "when the float policy's tick is over 25 %% of the period and int16's "
+                        "is within)")
     p.add_argument("--simavr", action="store_true",
                    help="uno: then run the sketch on simavr's ATmega328P inside a simulated "
                         "bench (the rig's pendulum, its encoder and motor driver) with UART0 "
@@ -92,7 +96,10 @@ def run(args: argparse.Namespace) -> int:
         # both back-ends are the pendulum with the rig preset's rate and limit
         session = PolicySession(args.policy, system="pendulum", preset="rig")
         nobs, dt = session.nobs, session.dt
-        policy_src = controller_c(b, onnx.load(args.policy), args.quantize)
+        model = onnx.load(args.policy)
+        policy_src = controller_c(b, model, args.quantize)
+        if args.quantize is None:
+            policy_src = _int16_if_it_fits(b, model, policy_src, dt)
     elif args.quantize:
         raise UserError("--quantize applies to the controller: give it with --policy ONNX")
     missing = b.missing()
@@ -123,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
                   f"of weights), static RAM {fit.total.ram} B + {fit.scratch} B scratch on the "
                   "stack")
     if policy_src is not None and policy_src.error:
-        print(f"controller in q15: {policy_src.error}")
+        which = "int16" if getattr(policy_src.size, "int16_macs", 0) else "q15"
+        print(f"controller in {which}: {policy_src.error}")
     timing = on_device_timing(b, policy_src, nobs, dt) if policy_src is not None else None
     if timing:
         print(timing)
@@ -131,6 +139,32 @@ def run(args: argparse.Namespace) -> int:
         print(b.next_step.format(out=out))
         return 0
     return _run_simavr(b, out, args.start_angle)
+
+
+def _int16_if_it_fits(b: Board, model, float_src, dt: float):
+    """On a board timed on the device (the Uno): the controller in int16
+    (``export/int16.py``) where the float C's estimated on-device tick is
+    over ``UNO_ON_DEVICE_SHARE`` of the period and int16's is within; the
+    float C otherwise, or where int16 does not apply or strays beyond its
+    tolerance (said in one line)."""
+    from grpo_ctrl.firmware_bridge.board_fit import UNO_ON_DEVICE_SHARE
+
+    if not b.timed_on_device:
+        return float_src
+    budget = UNO_ON_DEVICE_SHARE * b.clock_hz * dt
+    if tick_estimate(b, float_src.size) <= budget:
+        return float_src
+    try:
+        src = controller_c(b, model, "int16")
+    except UserError as e:
+        print(f"int16 not used: {e}")
+        return float_src
+    if tick_estimate(b, src.size) > budget:
+        return float_src
+    print(f"the float controller's on-device tick is over {100 * UNO_ON_DEVICE_SHARE:.0f} % of "
+          f"the period on the {b.name} and int16's is within: the controller in int16 "
+          "(--quantize int16)")
+    return src
 
 
 def _run_simavr(b: Board, project: Path, angle0: float) -> int:

@@ -7,7 +7,8 @@ STATE frame) must take at most ``SHARE`` (25 %) of the preset's control
 period on the board's clock. The rig's 200 Hz on the Uno's 16 MHz: 20,000
 cycles. The chooser walks the networks no larger than the preset's (hidden
 width, hidden layers; no Fourier features, whose sines the chips pay for;
-float, then the hidden-to-hidden layers in q15) from the most multiply-adds
+float, then the hidden-to-hidden layers in q15, then on the Uno the whole
+network in int16) from the most multiply-adds
 down, and takes the first whose tick, counted as ``grpo-ctrl bench boards``
 counts it (simavr's cycles for the Uno, the Cortex-M4 TRM model on QEMU's
 trace for the M4), is within the budget. The board's cycle model
@@ -39,7 +40,7 @@ SYSTEMS = ("pendulum",)  # the boards' firmware: the pendulum's core (one encode
 class Network:
     layers: int
     hidden: int
-    quantize: str | None  # None (float) or "q15" (the hidden-to-hidden layers)
+    quantize: str | None  # None (float), "q15" (the hidden-to-hidden layers), "int16" (all)
 
     def macs(self, nobs: int) -> int:
         return nobs * self.hidden + (self.layers - 1) * self.hidden ** 2 + self.hidden
@@ -67,14 +68,24 @@ class Choice:
                 f"period at {clock_hz / 1e6:g} MHz")
 
 
-def candidates(max_hidden: int, max_layers: int, nobs: int, quantize: bool = True) -> list:
+def candidates(max_hidden: int, max_layers: int, nobs: int, quantize: bool = True,
+               int16: bool = False) -> list:
     """Networks no larger than ``max_hidden`` x ``max_layers``, most
-    multiply-adds first; at equal size float before q15, more layers first.
-    q15 applies to hidden-to-hidden layers of an even width (two outputs a
-    pass): one-layer and odd-width networks are float."""
+    multiply-adds first; at equal size float before q15 before int16, more
+    layers first. q15 applies to hidden-to-hidden layers of an even width
+    (two outputs a pass): one-layer and odd-width networks are float.
+    ``int16`` (a chip without an FPU: the Uno): every network also in
+    int16, up to ``int16.MAX_MACS`` multiply-adds."""
+    from grpo_ctrl.export.int16 import MAX_MACS
+
     nets = [Network(L, h, q) for L in range(1, max_layers + 1) for h in range(1, max_hidden + 1)
             for q in ((None, "q15") if quantize and L > 1 and h % 2 == 0 else (None,))]
-    return sorted(nets, key=lambda n: (-n.macs(nobs), n.quantize is not None, -n.layers))
+    if int16:
+        nets += [Network(L, h, "int16") for L in range(1, max_layers + 1)
+                 for h in range(1, max_hidden + 1)
+                 if Network(L, h, None).macs(nobs) <= MAX_MACS]
+    order = {None: 0, "q15": 1, "int16": 2}
+    return sorted(nets, key=lambda n: (-n.macs(nobs), order[n.quantize], -n.layers))
 
 
 def random_onnx(system: str, preset: str, net: Network):
@@ -122,7 +133,7 @@ def choose(fit: str, system: str, preset: str, max_hidden: int, max_layers: int,
     budget = SHARE * b.clock_hz * spec.dt
     missing = emulator_missing(b) if measure else "not asked to"
     obs = operating_observations(system, preset, 2) if missing is None else None
-    nets = candidates(max_hidden, max_layers, spec.nobs)
+    nets = candidates(max_hidden, max_layers, spec.nobs, int16=b.timed_on_device)
     if exact:
         nets = [n for n in nets if n.hidden == max_hidden and n.layers == max_layers]
     refused = []
@@ -152,7 +163,7 @@ def choose(fit: str, system: str, preset: str, max_hidden: int, max_layers: int,
 
 def _controller_c(b, model, quantize, system: str, preset: str):
     """The C the board links for ``model`` (``board_fit.controller_c``); in q15
-    calibrated on the plant's operating range without the accuracy check that
+    or int16 calibrated on the plant's operating range without the accuracy check that
     random weights need not pass (timing does not depend on it)."""
     from grpo_ctrl.export.c_codegen import generate_c
     from grpo_ctrl.export.verify import operating_observations
@@ -165,8 +176,9 @@ def _controller_c(b, model, quantize, system: str, preset: str):
 
 
 class _Size:  # the SizeReport fields tick_estimate reads
-    def __init__(self, macs, packed_macs=0, q15_macs=0, q15_io=0):
+    def __init__(self, macs, packed_macs=0, q15_macs=0, q15_io=0, int16_macs=0):
         self.macs, self.packed_macs, self.q15_macs, self.q15_io = macs, packed_macs, q15_macs, q15_io
+        self.int16_macs = int16_macs
 
 
 def _rough_size(b, net: Network, nobs: int) -> _Size:
@@ -174,6 +186,8 @@ def _rough_size(b, net: Network, nobs: int) -> _Size:
     hidden-to-hidden layer (its inputs quantised, outputs converted back);
     packed where the board packs a square layer of at least 256 weights."""
     square = (net.layers - 1) * net.hidden ** 2
+    if net.quantize == "int16":
+        return _Size(net.macs(nobs), int16_macs=net.macs(nobs))
     if net.quantize:
         return _Size(net.macs(nobs), 0, square, 2 * net.hidden * (net.layers - 1))
     return _Size(net.macs(nobs), square if b.pack_weights and net.hidden ** 2 >= 256 else 0)
@@ -188,7 +202,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the board (uno: ATmega328P 16 MHz, counted on simavr; m4: the "
                         "Cortex-M4F of the mps2-an386 at 25 MHz, the TRM model on QEMU's "
                         "trace): the largest no larger than the preset's, Fourier features "
-                        "off, float or q15. With --hidden/--layers: check that one")
+                        "off, float or q15 (on the uno also the whole network in int16). With "
+                        "--hidden/--layers: check that one")
 
 
 def run(args) -> int:

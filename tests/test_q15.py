@@ -116,3 +116,99 @@ def test_bad_requests_are_refused_with_one_line(tmp_path, capsys):
     assert "has none" in err and err.count("\n") == 1 and not (tmp_path / "c").exists()
     with pytest.raises(UserError, match="unknown quantization"):
         generate_c(onnx.load(RIG), quantize="int8")
+
+
+# ---------------------------------------------------------------- int16: the whole MLP
+DISTILLED = Path(__file__).parent / "data" / "pendulum-rig-distilled-3-4-4-1.onnx"
+
+
+def mlp_graph(rng, nobs: int, widths: list) -> onnx.ModelProto:
+    """(obs - mean) * inv_std -> Gemm, Relu, ... -> Gemm (one output, no tanh):
+    the integer network's output is then the float the C returns."""
+    inits = [numpy_helper.from_array(rng.normal(0, 0.5, nobs).astype(np.float32), "mean"),
+             numpy_helper.from_array(rng.uniform(0.1, 3, nobs).astype(np.float32), "inv_std")]
+    nodes = [helper.make_node("Sub", ["obs", "mean"], ["z0"]),
+             helper.make_node("Mul", ["z0", "inv_std"], ["h0"])]
+    k, x = nobs, "h0"
+    for i, n in enumerate(widths + [1]):
+        inits += [numpy_helper.from_array(rng.normal(0, 1.5, (n, k)).astype(np.float32), f"W{i}"),
+                  numpy_helper.from_array(rng.normal(0, 1, n).astype(np.float32), f"b{i}")]
+        out = "action" if i == len(widths) else f"y{i}"
+        nodes.append(helper.make_node("Gemm", [x, f"W{i}", f"b{i}"], [out], transB=1))
+        if i < len(widths):
+            nodes.append(helper.make_node("Relu", [out], [f"r{i}"]))
+            x = f"r{i}"
+        k = n
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", nobs])],
+        [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["batch", 1])], inits)
+    return onnx_version.make_model(graph)
+
+
+@needs_cc
+def test_int16_c_computes_the_stated_integers_bit_for_bit(tmp_path):
+    """A 3-5-4-1 MLP with normalisation: the C's output is int16.emulate's
+    bit for bit (the last sum, converted and scaled), for observations inside
+    the calibrated range, far beyond it (every input saturated at +-32767,
+    the hidden units at 32767) and at the sign patterns that drive the first
+    layer's sums to their extremes; every sum stays within its bound, the
+    bound within int32; and within the quantisation's error of onnxruntime."""
+    from grpo_ctrl.export import int16
+
+    rng = np.random.default_rng(11)
+    model = mlp_graph(rng, 3, [5, 4])
+    calibration = rng.uniform(-2, 2, (2000, 3)).astype(np.float32)
+    src = generate_c(model, quantize="int16", calibration=calibration)
+    net = src.net
+    assert src.size.int16_macs == src.size.macs == 3 * 5 + 5 * 4 + 4 and "int16_t" in src.c
+    assert all(0 < layer.bound <= 2 ** 31 - 1 for layer in net.layers)
+    assert all(np.abs(layer.wq).max() <= 32767 for layer in net.layers)
+    inside = rng.uniform(-2, 2, (400, 3)).astype(np.float32)
+    signs = np.array([[a, b, c] for a in (-1, 1) for b in (-1, 1) for c in (-1, 1)], np.float32)
+    beyond = np.concatenate([signs * 1e6, signs * 2.6, np.zeros((1, 3))]).astype(np.float32)
+    obs = np.concatenate([inside, beyond])
+    got = build(src, tmp_path / "c", 3).batch(obs)
+    want = int16.emulate(net, obs)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    sums = int16.emulate_sum(net, obs)
+    assert np.array_equal(want, sums.astype(np.float32) * np.float32(net.layers[-1].out_scale))
+    # the first layer at its extremes: all inputs saturated, each row's largest |sum|
+    q = np.where(signs > 0, 32767, -32767)
+    first = q @ net.layers[0].wq.T + np.array(net.layers[0].init)
+    assert np.all(np.abs(first) <= net.layers[0].bound)
+    err = check_c(src, model, inside)
+    assert err < 2e-3 * np.abs(want[:400]).max()
+
+
+@needs_cc
+def test_the_distilled_rig_policy_in_int16_is_within_its_tolerance(tmp_path, monkeypatch):
+    """The rig policy distilled into 3-4-4-1 (normalisation, two Relu layers,
+    tanh, scale, clip) in int16: within int16.TOLERANCE (2e-2) of u_max of
+    onnxruntime on other observations of the operating range, stated in the
+    header; the C is int16.emulate's within the last bits of tanhf; refused
+    in one line where the tolerance is not met."""
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
+    from grpo_ctrl.export import int16
+    from grpo_ctrl.export.verify import operating_observations
+
+    model = onnx.load(DISTILLED)
+    src = quantized_c(model, quantize="int16")
+    assert src.size.int16_macs == 32 and "int16 (every layer in 16-bit integers" in src.h
+    obs = operating_observations("pendulum", "rig", 4000, seed=9)
+    err = check_c(src, model, obs)
+    assert 1e-6 < err <= int16.TOLERANCE * 0.15
+    got = build(src, tmp_path / "c", 3).batch(obs)
+    assert np.max(np.abs(got - int16.emulate(src.net, obs))) <= 1e-6
+    monkeypatch.setattr(int16, "TOLERANCE", 1e-4)
+    with pytest.raises(UserError, match="the int16 C differs from onnxruntime"):
+        quantized_c(model, quantize="int16")
+
+
+def test_int16_bad_requests_are_refused_with_one_line(tmp_path, capsys):
+    """int16 takes an MLP controller: the swing-up LQR's graph is refused in
+    one line (exit 2) and nothing is written."""
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[train]'")
+    assert main(["export", "--controller", "swingup-lqr", "--system", "pendulum", "--preset",
+                 "rig", "--c", str(tmp_path / "c"), "--quantize", "int16"]) == 2
+    err = capsys.readouterr().err
+    assert "int16 takes an MLP" in err and err.count("\n") == 1 and not (tmp_path / "c").exists()
