@@ -75,6 +75,12 @@ class Randomization:
         object.__setattr__(self, "noise_std", {str(k): float(v)
                                                for k, v in dict(self.noise_std).items()})
         problems = []
+        steps = self.push_steps  # a count: --randomize push_steps=50 parses as 50.0
+        if isinstance(steps, float) and steps.is_integer():
+            object.__setattr__(self, "push_steps", int(steps))
+        elif not isinstance(steps, int) or isinstance(steps, bool):
+            problems.append(f"push_steps must be a whole number of control steps, got {steps!r}")
+            object.__setattr__(self, "push_steps", 1)
         if not 0 <= self.params < 1:
             problems.append(f"params must lie in [0, 1), got {self.params}")
         for name, (lo, hi) in {**self.scale, **self.absolute}.items():

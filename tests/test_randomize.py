@@ -193,6 +193,12 @@ def test_table_and_overrides():
         Randomization(motor_k=(0.0, 1.0))
     with pytest.raises(UserError, match="KEY=VALUE"):
         with_overrides(base, ["params"])
+    # a count from the command line (parsed as a number) is a whole number of steps
+    pushes = with_overrides(base, ["push_steps=50"])
+    assert pushes.push_steps == 50 and type(pushes.push_steps) is int
+    BatchSim("pendulum", 2, preset="rig", randomize=pushes)
+    with pytest.raises(UserError, match="push_steps must be a whole number"):
+        with_overrides(base, ["push_steps=2.5"])
     with pytest.raises(ValueError, match="not parameters"):
         BatchSim("pendulum", 2, preset="rig", randomize=Randomization(scale={"mass": (1, 2)}))
 
