@@ -321,3 +321,62 @@ int {name}_step(const float *obs, float *action) {{
   return 0;
 }}
 """
+
+
+# ---------------------------------------------------------------- the integers as a controller
+def controller(onnx_path: str, calibration: np.ndarray | None = None):
+    """The exported controller ``onnx_path`` as its int16 C computes it
+    (``emulate``, the integers bit for bit, numpy's tanh), as a controller
+    (``grpo_ctrl.controller``'s contract) for ``heldout.run`` and
+    ``robustness.benchmark``: the quantised policy's quality measured on the
+    same episodes as the float one. ``calibration``: default the plant's
+    operating observations (seed 0), as ``c_build.quantized_c`` calibrates."""
+    import torch
+
+    from grpo_ctrl.export import metadata
+    from grpo_ctrl.export.verify import operating_observations
+    from grpo_ctrl.plant import plant_spec
+
+    model = onnx.load(onnx_path)
+    meta = metadata.parse(metadata.raw(model))
+    if calibration is None:
+        calibration = operating_observations(meta["system"], meta["preset"], seed=0)
+    net = quantize(parse(model), calibration)
+
+    class Int16Controller(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.spec = plant_spec(meta["system"], meta["preset"])
+            self.net = net
+
+        def forward(self, obs):
+            u = emulate(net, np.asarray(obs.detach().cpu().numpy(), np.float32))
+            return torch.as_tensor(u, dtype=torch.float32).reshape(-1, 1)
+
+    return Int16Controller()
+
+
+def onnx_controller(onnx_path: str):
+    """The exported float controller, run by onnxruntime, as a controller
+    (the same contract): the other side of ``controller``'s comparison."""
+    import onnxruntime as ort
+    import torch
+
+    from grpo_ctrl.export import metadata
+    from grpo_ctrl.plant import plant_spec
+
+    model = onnx.load(onnx_path)
+    meta = metadata.parse(metadata.raw(model))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+
+    class OnnxController(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.spec = plant_spec(meta["system"], meta["preset"])
+
+        def forward(self, obs):
+            x = np.asarray(obs.detach().cpu().numpy(), np.float32).reshape(-1, self.spec.nobs)
+            return torch.as_tensor(session.run(None, {name: x})[0]).reshape(-1, 1)
+
+    return OnnxController()

@@ -448,7 +448,7 @@ def lqr_network(path: Path) -> Path:
 
 
 def fly_uno_on_simavr(tmp_path: Path, policy: Path, angle0: float, capsys,
-                      goal: str = "within") -> tuple:
+                      goal: str = "within the 25 % goal") -> tuple:
     """`grpo-ctrl firmware --board uno --policy P` writes the sketch; built as
     uploaded (its watchdog PIL_WATCHDOG_US) it runs unchanged on simavr's
     ATmega328P inside the bench (firmware/board/simavr_pil.c: the csrc/
@@ -459,7 +459,8 @@ def fly_uno_on_simavr(tmp_path: Path, policy: Path, angle0: float, capsys,
     sketch = tmp_path / "pendulum_board"
     assert main(["firmware", "--board", "uno", "--out", str(sketch), "--policy",
                  str(policy)]) == 0
-    assert f"{goal} the 25 % goal" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert goal in out and "within the 25 % goal" in out, out
     elf = boards.build_pil_image(UNO, tmp_path, project=sketch)
     log = tmp_path / "uno_pil.csv"
     with boards.simavr_pil(UNO, elf, angle0) as (port, proc):
@@ -503,27 +504,46 @@ def test_pil_uno_on_simavr_balances_the_rig_for_10_s_on_device(tmp_path, capsys)
 DISTILLED = Path(__file__).parent / "data" / "pendulum-rig-distilled-3-4-4-1.onnx"
 
 
+def onnx_commands(model, obs: np.ndarray) -> np.ndarray:
+    """onnxruntime's commands (N,) for observations (N, nobs)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: obs})[0].reshape(-1)
+
+
 @pytest.mark.parametrize("controller", ["swingup-lqr", "distilled"])
 def test_pil_uno_on_simavr_swings_the_rig_up_on_device(tmp_path, capsys, controller):
     """The rig's task from hanging at rest, on the chip at 200 Hz: the swing-up
     LQR baseline (grpo-ctrl export --controller swingup-lqr: energy pumping,
     LQR near upright; about 17,500 cycles a tick on simavr, within 25 % of
-    the period), and the GRPO policy distilled into 3-4-4-1 (about 27,900
-    cycles every unit active: 35 %, over the 25 % goal, on time). Each pumps
-    the pendulum up and holds it: upright for the last 2 s of 10."""
+    the period), and the GRPO policy distilled into 3-4-4-1, which
+    grpo-ctrl firmware puts in int16 on the Uno (its float tick, about
+    27,900 cycles, is over 25 %; in int16 about 19,300: within). The int16
+    C on simavr is within int16's tolerance of onnxruntime and within the
+    last bits of tanhf of its Python statement. Each pumps the pendulum up
+    and holds it: upright for the last 2 s of 10."""
     need(boards.simavr_pil_missing(UNO))
     policy = tmp_path / "controller.onnx"
     if controller == "distilled":
+        from grpo_ctrl.export import int16
+
         policy.write_bytes(DISTILLED.read_bytes())
+        src = boards.controller_c(UNO, onnx.load(policy), "int16")
+        obs = operating_observations("pendulum", "rig", 64, seed=21)
+        r = boards.target_check(UNO, src, obs)
+        want = onnx_commands(onnx.load(policy), obs)
+        assert np.max(np.abs(r["out"] - want)) <= int16.TOLERANCE * 0.15
+        assert np.max(np.abs(r["out"] - int16.emulate(src.net, obs))) <= 1e-6
     else:
         assert main(["export", "--controller", "swingup-lqr", "--system", "pendulum",
                      "--preset", "rig", "--onnx", str(policy)]) == 0
-    src = boards.controller_c(UNO, onnx.load(policy))
-    obs = operating_observations("pendulum", "rig", 8)
-    share = boards.target_check(UNO, src, obs)["ondevice"] / (UNO.clock_hz / 200)
-    assert share <= (0.25 if controller == "swingup-lqr" else 0.4), share
+        src = boards.controller_c(UNO, onnx.load(policy))
+        r = boards.target_check(UNO, src, operating_observations("pendulum", "rig", 8))
+    assert r["ondevice"] / (UNO.clock_hz / 200) <= 0.25, r["ondevice"]
     s, armed, _ = fly_uno_on_simavr(tmp_path, policy, np.pi, capsys,
-                                    goal="within" if controller == "swingup-lqr" else "over")
+                                    goal="controller in int16" if controller == "distilled"
+                                    else "within the 25 % goal")
     assert s["ended"] == "completed" and s["disarm_acknowledged"], s
     assert s["device_rate_hz"] == pytest.approx(200, rel=0.05)
     theta = armed_angles(armed)
