@@ -154,11 +154,17 @@ def choose(fit: str, system: str, preset: str, max_hidden: int, max_layers: int,
             return Choice(net, b.name, cycles, budget, True, refused)
         refused.append((net, cycles, True))
     smallest = nets[-1] if nets else Network(max_layers, max_hidden, None)
-    src = _controller_c(b, random_onnx(system, preset, smallest), None, system, preset)
+    counted = {n: c for n, c, _ in refused}
+    if smallest in counted:
+        cycles = counted[smallest]
+    else:
+        src = _controller_c(b, random_onnx(system, preset, smallest), smallest.quantize, system,
+                            preset)
+        cycles = tick_estimate(b, src.size)
     raise UserError(
         f"--fit {fit}: no network fits {100 * SHARE:.0f} % of the {1 / spec.dt:g} Hz period on the "
         f"{b.name} ({budget:,.0f} cycles): the smallest tried, "
-        f"{smallest.describe(spec.nobs)}, takes about {tick_estimate(b, src.size):,.0f}")
+        f"{smallest.describe(spec.nobs)}, takes about {cycles:,.0f}")
 
 
 def _controller_c(b, model, quantize, system: str, preset: str):
