@@ -168,6 +168,15 @@ def uno_widest_in_time(nobs: int, cycles: float) -> int:
         h = w
 
 
+def uno_widest_int16(nobs: int, cycles: float) -> int:
+    """Widest H of an nobs-H-H-1 network in int16 whose estimated on-device
+    tick takes at most ``cycles`` (0: none)."""
+    h = 0
+    while uno_tick_estimate(0, int16_macs=nobs * (h + 1) + (h + 1) ** 2 + h + 1) <= cycles:
+        h += 1
+    return h
+
+
 def on_device_timing(b: Board, policy_src, nobs: int, dt: float) -> str | None:
     """A line on whether the Uno can run the controller on the chip at the
     period dt (None on other boards)."""
@@ -186,7 +195,9 @@ def on_device_timing(b: Board, policy_src, nobs: int, dt: float) -> str | None:
             f"{100 * share:.0f} % of the {1 / dt:.0f} Hz period, {verdict}" +
             ("" if share <= 1 else "; the chip cannot run it at this rate (every tick late)") +
             f". The widest {nobs}-H-H-1 network within {100 * UNO_ON_DEVICE_SHARE:.0f} % has "
-            f"H = {h}; grpo-ctrl train --fit uno counts on simavr with every unit active; "
+            f"H = {h} in float, H = {uno_widest_int16(nobs, UNO_ON_DEVICE_SHARE * budget)} in "
+            "int16 (--quantize int16); grpo-ctrl train --fit uno counts on simavr with every "
+            "unit active; "
             "host-computed control is unaffected")
 
 
