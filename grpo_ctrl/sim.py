@@ -200,8 +200,12 @@ class BatchSim:
         q.push_lo, q.push_hi = (v * m.u_max for v in r.push)
         q.push_steps = r.push_steps
         if r.delay[1] > MAX_DELAY or lib.ps_model_check(m) != lib.PS_OK:
+            inertia = ("; the double pendulum's mass matrix must stay positive definite at "
+                       "every corner of the ranges: I1 I2 + m2 l1^2 (I2 - m2 r2^2) > 0 "
+                       "(narrow params, or m2, r2, I2)"
+                       if m.system == lib.PS_DOUBLE_PENDULUM else "")
             raise ValueError(f"randomize ranges out of bounds (delay <= {MAX_DELAY} steps, "
-                             f"0 < motor_k <= 1, low <= high): {r}")
+                             f"0 < motor_k <= 1, low <= high{inertia}): {r}")
 
     @property
     def model(self):
