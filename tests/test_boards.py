@@ -549,3 +549,27 @@ def test_pil_uno_on_simavr_swings_the_rig_up_on_device(tmp_path, capsys, control
     theta = armed_angles(armed)
     assert np.max(np.abs(theta[:100])) > 2.5  # it started hanging
     assert np.max(np.abs(theta[-400:])) < 0.05, theta[-400:]
+
+
+def test_uno_int16_widest_width_the_estimate_names_is_within_on_simavr():
+    """The on-device line's widest 3-H-H-1 network in int16 (board_fit's
+    UNO_INT16_FIXED and UNO_INT16_MAC, an upper bound on simavr's counts): with
+    every unit active, as --fit times it, that width's tick is within 25 % of
+    the 200 Hz period on simavr and the next is over; the estimate is not
+    below the count at either, nor at 3-12-1 (what --fit uno chooses)."""
+    need(boards.emulator_missing(UNO))
+    from grpo_ctrl import fit
+    from grpo_ctrl.firmware_bridge.board_fit import tick_estimate, uno_widest_int16
+
+    budget = 0.25 * UNO.clock_hz / 200
+    h = uno_widest_int16(3, budget)
+    assert h >= 1
+    obs = operating_observations("pendulum", "rig", 2)
+    ticks = {}
+    for net in (fit.Network(2, h, "int16"), fit.Network(2, h + 1, "int16"),
+                fit.Network(1, 12, "int16")):
+        src = fit._controller_c(UNO, fit.random_onnx("pendulum", "rig", net), "int16",
+                                "pendulum", "rig")
+        ticks[net] = boards.measured_tick(UNO, src, obs)
+        assert tick_estimate(UNO, src.size) >= ticks[net], (net, ticks[net])
+    assert ticks[fit.Network(2, h, "int16")] <= budget < ticks[fit.Network(2, h + 1, "int16")]
