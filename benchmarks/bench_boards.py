@@ -21,6 +21,13 @@ Each board twice: the policy as exported (float) and with its 64 x 64
 hidden layer in 16-bit fixed point (``--quantize q15``: SMLALD on the
 Cortex-M4, plain C integers on AVR), with its measured error.
 
+Then the Uno with the distilled 3-4-4-1 rig policy
+(``tests/data/pendulum-rig-distilled-3-4-4-1.onnx``) in float and with the
+whole MLP in integers (``--quantize int16``, ``export/int16.py``): flash with
+the policy linked in, ``policy_step`` and the on-device tick in cycles, beside
+``board_fit.tick_estimate`` (the default policy's 4352 multiply-adds are over
+int16's ``MAX_MACS``). In the JSON: ``"uno int16"``.
+
 Clocks: the Uno's 16 MHz; for the Cortex-M4F both QEMU's mps2-an386 model
 (25 MHz, what the PIL runs) and the realistic board the goal is judged at,
 an STM32F4 at 168 MHz (Qube-class controllers run M4Fs at 120-180 MHz).
@@ -54,7 +61,11 @@ import onnx
 from grpo_ctrl.export.verify import operating_observations
 from grpo_ctrl.firmware_bridge import boards
 
-POLICY = Path(__file__).resolve().parent.parent / "tests" / "data" / "pendulum-rig-grpo.onnx"
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+POLICY = DATA / "pendulum-rig-grpo.onnx"
+# --quantize int16 on the Uno: the distilled rig policy (the default 3-64-64-1's
+# 4352 multiply-adds exceed int16's unrolled code, int16.MAX_MACS)
+DISTILLED = DATA / "pendulum-rig-distilled-3-4-4-1.onnx"
 # board -> (control rate for the goal, clocks to express it at, goal share)
 GOALS = {"uno": (200, {"ATmega328P 16 MHz": 16e6}, 0.25),
          "mps2-an386": (1000, {"MPS2 25 MHz": 25e6, "STM32F4 168 MHz": 168e6}, 0.10)}
@@ -119,9 +130,39 @@ def main() -> int:
                          "check_image_ram": r["image"].ram, "policy_scratch": fit.scratch,
                          "rate_hz": rate, "shares": shares,
                          "cycles": r.get("cycles")}
+    if "uno" in results:
+        results["uno int16"] = uno_int16(obs)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
+
+
+def uno_int16(obs) -> dict:
+    """The Uno with the distilled 3-4-4-1 rig policy in float and in int16
+    (``--quantize int16``: the whole MLP in integers): flash, policy_step and
+    the on-device tick on simavr."""
+    b = boards.BOARDS["uno"]
+    budget = b.clock_hz / GOALS["uno"][0]
+    model = onnx.load(DISTILLED)
+    out = {}
+    print(f"\n{b.description}, the distilled 3-4-4-1 rig policy ({DISTILLED.name})")
+    for quantize in (None, "int16"):
+        src = boards.controller_c(b, model, quantize)
+        fit = boards.measure(b, src)
+        r = boards.target_check(b, src, obs)
+        name = quantize or "float"
+        print(f"  {name}" + (f" (--quantize int16: {src.error})" if quantize else "") +
+              f": flash {fit.total.flash} B with the policy ({fit.firmware.flash} B without; "
+              f"{fit.const_bytes} B weights); policy_step {r['policy']:.0f}, on-device tick "
+              f"{r['ondevice']:.0f} cycles = {100 * r['ondevice'] / budget:.1f} % of the 5 ms "
+              f"period (goal 25 %); estimate {boards.tick_estimate(b, src.size):.0f}" +
+              (f"; deepest stack in the check {r['stack']} B" if "stack" in r else ""))
+        out[name] = {"unit": "cycles", "tick": r["tick"], "ondevice": r["ondevice"],
+                     "policy": r["policy"], "stack": r.get("stack"),
+                     "flash_firmware": fit.firmware.flash, "flash_with_policy": fit.total.flash,
+                     "weights": fit.const_bytes, "estimate": boards.tick_estimate(b, src.size),
+                     "on_device_share": r["ondevice"] / budget}
+    return out
 
 
 def uno_widths(model, obs, widths: list[int]) -> int:
