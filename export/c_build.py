@@ -98,10 +98,10 @@ def quantized_c(model, name: str = "policy", pack: bool = False, block: int = 1,
     """``generate_c(quantize=quantize)`` (q15 or int16) calibrated on the plant's operating
     observations (the model's metadata names the plant), its error against
     onnxruntime measured on the host on other observations of that range
-    and written into the header; ``UserError`` beyond ``q15.TOLERANCE`` of
+    and written into the header; ``UserError`` beyond its module's ``TOLERANCE`` (``c_codegen.QUANTIZE_MODULES``) of
     u_max. Without a host compiler the header says it was not measured."""
     from grpo_ctrl.export import metadata, q15
-    from grpo_ctrl.export.c_codegen import generate_c
+    from grpo_ctrl.export.c_codegen import QUANTIZE_MODULES, generate_c
     from grpo_ctrl.export.verify import operating_observations
 
     meta = metadata.parse(metadata.raw(model))
@@ -112,11 +112,10 @@ def quantized_c(model, name: str = "policy", pack: bool = False, block: int = 1,
     src = generate_c(model, name, pack=pack, block=block, quantize=quantize,
                      calibration=calibration)
     err, obs = None, operating_observations(meta["system"], meta["preset"], seed=1)
+    tol = QUANTIZE_MODULES[quantize].TOLERANCE
     if host_cc() is not None:
         err = check_c(src, model, obs)
-        q15.check_error(err, meta.get("u_max"), quantize)
-    from grpo_ctrl.export import int16
-    tol = int16.TOLERANCE if quantize == "int16" else q15.TOLERANCE
+        q15.check_error(err, meta.get("u_max"), quantize, tol)
     src.error = q15.summary(err, meta.get("u_max"), len(obs), tol)
     src.h = q15.stamp(src.h, src.error, quantize)
     return src

@@ -82,7 +82,10 @@ def check_c_name(name: str) -> str:
     return name
 
 
-QUANTIZE = ("q15", "int16")  # generate_c's quantize choices
+# generate_c's quantize choices, each the module whose TOLERANCE is the largest
+# |C - onnxruntime| an export accepts (a fraction of u_max)
+QUANTIZE_MODULES = {"q15": q15, "int16": int16}
+QUANTIZE = tuple(QUANTIZE_MODULES)
 
 
 def generate_c(model: onnx.ModelProto, name: str = "policy", pack: bool = False,

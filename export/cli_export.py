@@ -12,8 +12,8 @@ import pickle
 import zipfile
 from pathlib import Path
 
-from grpo_ctrl.export import q15
-from grpo_ctrl.export.c_codegen import QUANTIZE, check_c_name, generate_c, write_c_source
+from grpo_ctrl.export.c_codegen import (QUANTIZE, QUANTIZE_MODULES, check_c_name, generate_c,
+                                        write_c_source)
 from grpo_ctrl.files import atomic_write, check_folder, check_writable
 from grpo_ctrl.export.onnx_export import export_onnx, source_of
 from grpo_ctrl.export.verify import TOLERANCE, operating_observations
@@ -68,9 +68,9 @@ def add_arguments(p) -> None:
     p.add_argument("--quantize", choices=QUANTIZE,
                    help="q15: the hidden layers fed by a Relu in 16-bit fixed point (SMLALD on "
                         "a Cortex-M4; calibrated on the plant's operating range; refused beyond "
-                        f"{q15.TOLERANCE:g} of u_max from onnxruntime); int16: the whole MLP in "
+                        f"{QUANTIZE_MODULES['q15'].TOLERANCE:g} of u_max from onnxruntime); int16: the whole MLP in "
                         "16-bit integers with 32-bit sums, for chips without an FPU (the Uno; "
-                        "refused beyond 2e-2 of u_max). Default: float, as ONNX")
+                        f"refused beyond {QUANTIZE_MODULES['int16'].TOLERANCE:g} of u_max). Default: float, as ONNX")
 
 
 def run(args) -> int:

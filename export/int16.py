@@ -25,9 +25,9 @@ computed as
 The weights are immediate operands of fully unrolled code (no loads: on AVR
 an ``LDI`` pair rather than an ``LPM`` each), which suits the small networks
 an 8-bit chip runs. ``emulate`` is the Python statement of the integers the C
-computes (``tests/test_int16.py`` holds the C to it bit for bit); the error
+computes (``tests/test_q15.py`` holds the C to it bit for bit); the error
 against onnxruntime is measured at export (``c_build.quantized_c``) and
-refused beyond ``q15.TOLERANCE`` of u_max.
+refused beyond ``TOLERANCE`` of u_max.
 """
 from __future__ import annotations
 

@@ -226,12 +226,9 @@ def stamp(h: str, line: str, quantize: str = "q15") -> str:
     return h.replace(" * Observation order:", "\n".join(out) + "\n *\n * Observation order:", 1)
 
 
-def check_error(err: float, u_max: float | None, quantize: str = "q15") -> None:
-    """UserError when the quantised C strays further than its tolerance of
-    u_max (q15: TOLERANCE; int16: ``int16.TOLERANCE``)."""
-    from grpo_ctrl.export import int16
-
-    tol = int16.TOLERANCE if quantize == "int16" else TOLERANCE
+def check_error(err: float, u_max: float | None, quantize: str = "q15",
+                tol: float = TOLERANCE) -> None:
+    """UserError when the quantised C strays further than ``tol`` of u_max."""
     limit = tol * (u_max or 1.0)
     if not err <= limit:
         raise UserError(f"the {quantize} C differs from onnxruntime by {err:.3g} (> {limit:.3g}, "

@@ -88,6 +88,8 @@ class BatchSim:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         self._model, preset = init_model(system, preset)
         self._apply_overrides(model)
+        m = self._model  # its costs of effort as made, for scale_costs
+        self._costs = (m.w_u, m.w_power, [m.w_x[k] for k in range(m.nx // 2, m.nx)])
         self.spec = spec_of_model(self._model, preset)
         self.randomize = randomize if randomize is not None else Randomization()
         self._apply_randomization(self.randomize, hold_plant)
@@ -220,8 +222,6 @@ class BatchSim:
         if not 0.0 <= scale <= 1e6:
             raise ValueError(f"cost scale must be in [0, 1e6], got {scale!r}")
         m = self._model
-        if not hasattr(self, "_costs"):  # the model's own, the first time
-            self._costs = (m.w_u, m.w_power, [m.w_x[k] for k in range(m.nx // 2, m.nx)])
         w_u, w_power, w_v = self._costs
         m.w_u, m.w_power = w_u * scale, w_power * scale
         for k, w in enumerate(w_v, start=m.nx // 2):
