@@ -697,15 +697,15 @@ class Trainer:
     def set_progress(self, fraction: float) -> None:
         """The learning rate falls linearly from lr to lr_end * lr over the run (fraction 0
         to 1 of the budget): fine steps at the end polish the final policy. The reward's costs
-        of effort are off before ``costs_from`` of it."""
+        of effort are at ``costs_early`` before ``costs_from`` of it."""
         frac = min(max(fraction, 0.0), 1.0)
         scale = 1.0 - (1.0 - self.cfg.lr_end) * frac
         for group in self.opt.param_groups:
             group["lr"] = self.cfg.lr * scale
-        # the costs of effort apply from costs_from of the run on, at 1 % before (some cost of
-        # velocity keeps the swing-up from spinning); the collector's rollout gets the scale
-        # with the next policy
-        self.cost_scale = 1.0 if frac >= self.cfg.costs_from else 0.01
+        # the costs of effort apply from costs_from of the run on, at costs_early before (some
+        # cost of velocity keeps the swing-up from spinning); the collector's rollout gets the
+        # scale with the next policy
+        self.cost_scale = 1.0 if frac >= self.cfg.costs_from else self.cfg.costs_early
         self.rollout.set_cost_scale(self.cost_scale)
 
     def evaluate(self) -> tuple[float, float]:

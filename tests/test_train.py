@@ -95,7 +95,7 @@ def test_overlapped_collection_learns_and_is_reproducible():
 
 
 def test_the_costs_of_effort_apply_from_costs_from_in_either_process():
-    """Before costs_from of the budget the reward's costs of effort are at 1 % (the
+    """Before costs_from of the budget the reward's costs of effort are at costs_early (the
     double pendulum's swing-up is found first); the overlap collector's rollout gets the
     scale with each policy. The first batch is the same trajectories under each scale."""
     sim = BatchSim("double_pendulum", 1, "pendubot")
@@ -112,19 +112,23 @@ def test_the_costs_of_effort_apply_from_costs_from_in_either_process():
     cfg = replace(default_config("double_pendulum", "pendubot"), num_starts=4, group_size=4,
                   horizon=16, loss_steps=8, seed=3, **SHORT)
 
-    def first_return(costs_from: float, progress: float, overlap: bool) -> float:
-        trainer = Trainer(replace(cfg, costs_from=costs_from, overlap=overlap),
-                          "double_pendulum", "pendubot")
+    def first_return(costs_from: float, progress: float, overlap: bool,
+                     costs_early: float = 0.01) -> float:
+        trainer = Trainer(replace(cfg, costs_from=costs_from, costs_early=costs_early,
+                                  overlap=overlap), "double_pendulum", "pendubot")
         try:
             trainer.set_progress(progress)
-            assert trainer.cost_scale == (0.01 if progress < costs_from else 1.0)
+            assert trainer.cost_scale == (costs_early if progress < costs_from else 1.0)
             return trainer.step()["branch_return"]
         finally:
             trainer.close()
     for overlap in (False, True):
         full = first_return(0.0, 0.2, overlap)
         assert first_return(0.5, 0.6, overlap) == full
-        assert first_return(0.5, 0.2, overlap) > full + 1.0
+        early = first_return(0.5, 0.2, overlap)
+        assert early > full + 1.0
+        # the costs at 10 % rather than 1 %: the same trajectories, costs between the two
+        assert full < first_return(0.5, 0.2, overlap, costs_early=0.1) < early
 
 
 @dataclass
@@ -504,7 +508,7 @@ def test_train_help_lists_the_fields_by_section(capsys):
     fields' flags and no other's; every field belongs to a section."""
     from dataclasses import fields
     from grpo_ctrl.grpo_config import SECTIONS
-    assert len(fields(GRPOConfig)) <= 46  # costs_from: the double pendulum's presets
+    assert len(fields(GRPOConfig)) <= 47  # costs_from, costs_early: the double pendulum
     assert cli.main(["train", "--help"]) == 0
     text = capsys.readouterr().out
     heads = [text.index(f"GRPO: {name} ") for name in SECTIONS]
