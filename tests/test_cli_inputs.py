@@ -47,6 +47,7 @@ ACCEPTED = {
     ("train", "--log-std-min"): ({"zero", "negative"}, "a log std"),
     ("train", "--overlap"): ({"zero"}, "0 is false"),
     ("train", "--costs-from"): ({"zero"}, "0: the costs of effort from the start"),
+    ("train", "--costs-early"): ({"zero"}, "0: no costs of effort before costs_from"),
     ("train", "--w-du"): ({"zero"}, "0: no action-rate penalty"),
     ("train", "--w-smooth"): ({"zero"}, "0: no smoothness term"),
     ("train", "--saturated"): ({"zero"}, "0: every loss step keeps its advantage"),
