@@ -98,8 +98,9 @@ def quantized_c(model, name: str = "policy", pack: bool = False, block: int = 1,
     """``generate_c(quantize=quantize)`` (q15 or int16) calibrated on the plant's operating
     observations (the model's metadata names the plant), its error against
     onnxruntime measured on the host on other observations of that range
-    and written into the header; ``UserError`` beyond its module's ``TOLERANCE`` (``c_codegen.QUANTIZE_MODULES``) of
-    u_max. Without a host compiler the header says it was not measured."""
+    and written into the header; ``UserError`` beyond its module's ``TOLERANCE``
+    (``c_codegen.QUANTIZE_MODULES``) of u_max. Without a host compiler the header says
+    it was not measured."""
     from grpo_ctrl.export import metadata, q15
     from grpo_ctrl.export.c_codegen import QUANTIZE_MODULES, generate_c
     from grpo_ctrl.export.verify import operating_observations

@@ -65,12 +65,13 @@ def add_arguments(p) -> None:
     p.add_argument("--c", metavar="OUTDIR", help="write NAME.c and NAME.h into this folder")
     p.add_argument("--c-name", default="policy",
                    help="C file and function prefix: NAME_step() (default: policy)")
+    tol = {name: module.TOLERANCE for name, module in QUANTIZE_MODULES.items()}
     p.add_argument("--quantize", choices=QUANTIZE,
                    help="q15: the hidden layers fed by a Relu in 16-bit fixed point (SMLALD on "
                         "a Cortex-M4; calibrated on the plant's operating range; refused beyond "
-                        f"{QUANTIZE_MODULES['q15'].TOLERANCE:g} of u_max from onnxruntime); int16: the whole MLP in "
+                        f"{tol['q15']:g} of u_max from onnxruntime); int16: the whole MLP in "
                         "16-bit integers with 32-bit sums, for chips without an FPU (the Uno; "
-                        f"refused beyond {QUANTIZE_MODULES['int16'].TOLERANCE:g} of u_max). Default: float, as ONNX")
+                        f"refused beyond {tol['int16']:g} of u_max). Default: float, as ONNX")
 
 
 def run(args) -> int:
