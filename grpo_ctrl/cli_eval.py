@@ -145,18 +145,23 @@ def run(args) -> int:
         # "--robustness RUN": the flag without its optional value, then a run
         args.run.insert(0, args.robustness)
         args.robustness = True
+    if args.video:
+        if args.robustness:
+            raise UserError("--video draws episodes of one controller; drop --robustness")
+        render.check_video_path(args.video)
     if args.score or args.robustness == "realaigym":
         if args.gym:
             raise UserError("RealAIGym's benchmark runs on the C simulator; drop --gym")
         if args.robustness is True:
             raise UserError("--score realaigym goes with '--robustness realaigym', not ours")
-        return run_realaigym(resolve_controllers(args), args)
+        controllers = resolve_controllers(args)
+        run_realaigym(controllers, args)
+        if args.video:  # the held-out episodes, as without --score
+            name, controller = next(iter(controllers.items()))
+            cli_video.eval_video(controller, name, args)
+        return 0
     if args.robustness and args.gym:
         raise UserError("--robustness runs on the C simulator; drop --gym")
-    if args.video:
-        if args.robustness:
-            raise UserError("--video draws episodes of one controller; drop --robustness")
-        render.check_video_path(args.video)
     controllers = resolve_controllers(args)
     if args.robustness:
         return run_robustness(controllers, args)

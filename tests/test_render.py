@@ -132,9 +132,27 @@ def test_replay_draws_a_rigs_run_from_its_telemetry(swingup, tmp_path):
     assert cli_video.preset_of_commands("pendulum", episode.u) == "rig"
 
 
+def test_eval_video_beside_the_realaigym_score(tmp_path):
+    """``--score realaigym --video``: the score's table, then the held-out episode 0
+    drawn, which for the double pendulum is the benchmark's start, hanging at rest: the
+    second link below the shoulder in the first frame."""
+    gif = tmp_path / "x.gif"
+    r = cli("eval", "--controller", "lqr", "--system", "double_pendulum", "--preset",
+            "pendubot", "--score", "realaigym", "--video", str(gif), "--video-seconds", "0.5",
+            *SMALL)
+    assert r.returncode == 0, r.stderr
+    assert "RealAI score" in r.stdout and f"wrote {gif}: 6 frames at 10 fps" in r.stdout
+    shots = frames(gif)
+    assert len(shots) == 6 and pole_row(shots[0]) > 0.5
+
+
 @pytest.mark.parametrize("args,message", [
     (["eval", "--controller", "lqr", "--system", "pendulum", "--video", "x.txt"],
      "give a .gif or .mp4"),
+    (["eval", "--controller", "lqr", "--system", "double_pendulum", "--score", "realaigym",
+      "--video", "x.txt"], "give a .gif or .mp4"),
+    (["eval", "--controller", "lqr", "--system", "double_pendulum", "--robustness",
+      "realaigym", "--video", "x.gif"], "drop --robustness"),
     (["eval", "--controller", "lqr", "--system", "pendulum", "--video", "no/such/x.gif"],
      "does not exist"),
     (["eval", "--controller", "lqr", "--system", "pendulum", "--video", "x.gif",
