@@ -194,14 +194,16 @@ typedef float pr_vec4 __attribute__((vector_size(16), aligned(4), may_alias));
 #if PR_HAVE_V3
 typedef float pr_vec8 __attribute__((vector_size(32), aligned(4), may_alias));
 
-/* avx2: vectors of 8 floats (half a tile), 6 x 2 and 3 x 3 accumulators of 16 registers
- * (dense: 4 x 2 measured the same; grad_acc: 4 x 2 the same, 2 x 2 and 2 x 4 5-20% slower) */
+/* avx2: vectors of 8 floats (half a tile), 4 x 3 and 3 x 3 accumulators of 16 registers
+ * (dense: 6 x 2 and 4 x 2 were 10 % slower over the network, 30 % on its 32 x 32 layer,
+ * whose 32 outputs 6 x 2 leaves two single-output blocks; grad_acc: 4 x 2 the same,
+ * 2 x 2 and 2 x 4 5-20% slower) */
 #define K_NAME(f) f##_v3
 #define K_ATTR PR_V3 PR_UNUSED
 #define K_VEC pr_vec8
 #define K_V 8
-#define K_DJB 6
-#define K_DNT 2
+#define K_DJB 4
+#define K_DNT 3
 #define K_GJB 3
 #define K_GIB 3
 #include "policy_kernels.h"
@@ -210,13 +212,15 @@ typedef float pr_vec8 __attribute__((vector_size(32), aligned(4), may_alias));
 #if PR_HAVE_V4
 typedef float pr_vec16 __attribute__((vector_size(64), aligned(4), may_alias));
 
-/* avx512: vectors of 16 floats (a tile), 8 x 2 and 4 x 4 accumulators of 32 registers */
+/* avx512: vectors of 16 floats (a tile), 4 x 4 and 4 x 4 accumulators of 32 registers
+ * (dense: 8 x 2 was 11 % slower over the network on a Zen 4, 6 x 4 and 8 x 3 the same as
+ * 4 x 4 within 3 %) */
 #define K_NAME(f) f##_v4
 #define K_ATTR PR_V4 PR_UNUSED
 #define K_VEC pr_vec16
 #define K_V 16
-#define K_DJB 8
-#define K_DNT 2
+#define K_DJB 4
+#define K_DNT 4
 #define K_GJB 4
 #define K_GIB 4
 #include "policy_kernels.h"
