@@ -59,13 +59,14 @@ static inline float activate(float v, int act)
   return v;
 }
 
-/* out[j][b] = act(bias[j] + sum_i W[j][i] in[i][b]) for b < S (S a multiple of
- * TILE; rows S apart). Four outputs at a time share each input load. */
+/* out[j][b] = act(bias[j] + sum_i W[j][i] in[i][b]) for b < nb (nb a multiple of
+ * TILE; rows S >= nb apart, so that a batch's spare lanes cost nothing). Four
+ * outputs at a time share each input load. */
 PR_CLONES PR_UNUSED
-static void dense_plain(int S, int nin, int nout, const float *W, const float *bias,
+static void dense_plain(int S, int nb, int nin, int nout, const float *W, const float *bias,
                         const float *in, float *out, int act)
 {
-  for (int b0 = 0; b0 < S; b0 += TILE) {
+  for (int b0 = 0; b0 < nb; b0 += TILE) {
     int j = 0;
     for (; j + 4 <= nout; j += 4) {
       const float *w0 = W + (size_t)j * nin, *w1 = w0 + nin, *w2 = w1 + nin, *w3 = w2 + nin;
@@ -226,21 +227,22 @@ typedef float pr_vec16 __attribute__((vector_size(64), aligned(4), may_alias));
 #include "policy_kernels.h"
 #endif
 
-/* out[j][b] = act(bias[j] + sum_i W[j][i] in[i][b]) for b < S, on the path in use. */
-static inline void dense(int S, int nin, int nout, const float *W, const float *bias,
+/* out[j][b] = act(bias[j] + sum_i W[j][i] in[i][b]) for b < nb (rows S apart), on the
+ * path in use. */
+static inline void dense(int S, int nb, int nin, int nout, const float *W, const float *bias,
                          const float *in, float *out, int act)
 {
   switch (pr_simd_level()) {
 #if PR_HAVE_V4
-  case PR_SIMD_AVX512: dense_v4(S, nin, nout, W, bias, in, out, act); return;
+  case PR_SIMD_AVX512: dense_v4(S, nb, nin, nout, W, bias, in, out, act); return;
 #endif
 #if PR_HAVE_V3
-  case PR_SIMD_AVX2: dense_v3(S, nin, nout, W, bias, in, out, act); return;
+  case PR_SIMD_AVX2: dense_v3(S, nb, nin, nout, W, bias, in, out, act); return;
 #endif
 #if PR_HAVE_VEC
-  case PR_SIMD_BASELINE: dense_base(S, nin, nout, W, bias, in, out, act); return;
+  case PR_SIMD_BASELINE: dense_base(S, nb, nin, nout, W, bias, in, out, act); return;
 #endif
-  default: dense_plain(S, nin, nout, W, bias, in, out, act);
+  default: dense_plain(S, nb, nin, nout, W, bias, in, out, act);
   }
 }
 

@@ -59,11 +59,12 @@ static inline __attribute__((always_inline)) K_ATTR void K_NAME(activate_block)(
 
 /* dense_plain's result: blocks of K_DJB outputs (then 4, then 1) by K_DNT
  * vectors (then 1). */
-K_ATTR PR_NOINLINE static void K_NAME(dense)(int S, int nin, int nout, const float *W, const float *bias,
-                                 const float *in, float *out, int act)
+K_ATTR PR_NOINLINE static void K_NAME(dense)(int S, int nb, int nin, int nout, const float *W,
+                                             const float *bias, const float *in, float *out,
+                                             int act)
 {
   int b0 = 0;
-  for (; b0 + K_DNT * K_V <= S; b0 += K_DNT * K_V) {
+  for (; b0 + K_DNT * K_V <= nb; b0 += K_DNT * K_V) {
     int j = 0;
     for (; j + K_DJB <= nout; j += K_DJB)
       K_NAME(dense_block)(K_DJB, K_DNT, S, b0, j, nin, W, bias, in, out);
@@ -72,7 +73,7 @@ K_ATTR PR_NOINLINE static void K_NAME(dense)(int S, int nin, int nout, const flo
     for (; j < nout; ++j) K_NAME(dense_block)(1, K_DNT, S, b0, j, nin, W, bias, in, out);
     K_NAME(activate_block)(K_DNT * K_V, S, b0, nout, out, act);
   }
-  for (; b0 < S; b0 += K_V) {
+  for (; b0 < nb; b0 += K_V) {
     int j = 0;
     for (; j + K_DJB <= nout; j += K_DJB)
       K_NAME(dense_block)(K_DJB, 1, S, b0, j, nin, W, bias, in, out);

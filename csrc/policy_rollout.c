@@ -87,7 +87,9 @@ size_t pr_work_size(const pr_net *net, int B)
 int pr_mean(const pr_net *net, int B, const float *obs, float *mu, float *work)
 {
   if (!net_ok(net) || B < 1 || !obs || !mu || !work) return PS_ERR_MODEL;
+  /* nb lanes computed (B rounded up to a tile), in rows S >= nb apart (stride()) */
   const int n = net->nobs, f = net->nfeat, w = net->width, S = stride(B);
+  const int nb = (B + TILE - 1) / TILE * TILE;
   const float *mean = net->params, *scale = mean + n, *p = scale + n;
   float *in = work;                       /* (f + n) x S: features, then x */
   float *h[2] = {in + (size_t)(f + n) * S, in + (size_t)(f + n + w) * S};
@@ -96,21 +98,21 @@ int pr_mean(const pr_net *net, int B, const float *obs, float *mu, float *work)
   for (int k = 0; k < n; ++k) {
     for (int b = 0; b < B; ++b)
       x[(size_t)k * S + b] = (obs[(size_t)b * n + k] - mean[k]) * scale[k];
-    for (int b = B; b < S; ++b) x[(size_t)k * S + b] = 0.0f; /* the tile's spare lanes */
+    for (int b = B; b < nb; ++b) x[(size_t)k * S + b] = 0.0f; /* the tile's spare lanes */
   }
   if (f) {
-    dense(S, n, f, p, p + (size_t)f * n, x, in, ACT_SIN);
+    dense(S, nb, n, f, p, p + (size_t)f * n, x, in, ACT_SIN);
     p += (size_t)f * n + f;
   }
   const float *layer_in = f ? in : x;
   int nin = f + n;
   for (int l = 0; l < net->nhidden; ++l) {
-    dense(S, nin, w, p, p + (size_t)w * nin, layer_in, h[l % 2], ACT_RELU);
+    dense(S, nb, nin, w, p, p + (size_t)w * nin, layer_in, h[l % 2], ACT_RELU);
     p += (size_t)w * nin + w;
     layer_in = h[l % 2];
     nin = w;
   }
-  dense(S, w, 1, p, p + w, layer_in, out, ACT_NONE);
+  dense(S, nb, w, 1, p, p + w, layer_in, out, ACT_NONE);
   for (int b = 0; b < B; ++b) mu[b] = out[b];
   return PS_OK;
 }

@@ -94,6 +94,6 @@ int pr_simd_product(int S, int nin, int nout, const float *W, const float *in, f
 {
   static const float zeros[1024];
   if (S < TILE || S % TILE || nin < 1 || nout < 1 || nout > 1024 || !W || !in || !out) return -1;
-  dense(S, nin, nout, W, zeros, in, out, ACT_NONE);
+  dense(S, S, nin, nout, W, zeros, in, out, ACT_NONE);
   return 0;
 }

@@ -134,15 +134,15 @@ static void forward(const pu_net *net, parts *p)
 {
   const int f = net->nfeat, n = net->nobs, w = net->width;
   const float *x = p->in + (size_t)f * CHUNK;
-  if (f) dense(CHUNK, n, f, p->feat_W, net->feat_b, x, p->in, ACT_SIN);
+  if (f) dense(CHUNK, CHUNK, n, f, p->feat_W, net->feat_b, x, p->in, ACT_SIN);
   const float *a = f ? p->in : x;
   int nin = f + n;
   for (int l = 0; l < net->nhidden; ++l) {
-    dense(CHUNK, nin, w, net->W[l], net->b[l], a, p->h[l], ACT_RELU);
+    dense(CHUNK, CHUNK, nin, w, net->W[l], net->b[l], a, p->h[l], ACT_RELU);
     a = p->h[l];
     nin = w;
   }
-  dense(CHUNK, w, 1, net->W[net->nhidden], net->b[net->nhidden], a, p->mu, ACT_NONE);
+  dense(CHUNK, CHUNK, w, 1, net->W[net->nhidden], net->b[net->nhidden], a, p->mu, ACT_NONE);
 }
 
 /* dy[j][s] = scale[j] dmu[s] where out[j][s] > 0, else 0: the gradient at a ReLU
@@ -211,7 +211,7 @@ static void backward(const pu_net *net, parts *p)
     if (l == 0) break;
     float *dx = p->dh[1 - cur];
     cur = 1 - cur;
-    dense(S, w, w, p->WT[l], p->zeros, dy, dx, ACT_NONE);
+    dense(S, S, w, w, p->WT[l], p->zeros, dy, dx, ACT_NONE);
     relu_grad((size_t)w * S, a, dx);
     dy = dx;
   }
