@@ -117,6 +117,36 @@ int pr_mean(const pr_net *net, int B, const float *obs, float *mu, float *work)
   return PS_OK;
 }
 
+/* The sum of column k of x [rows * n] (about `centre`, squared when `square`): four
+ * partial sums, rows i = 0, 1, 2, 3 (mod 4), so that the adds do not wait on each other. */
+static double column_sum(const float *x, long rows, int n, int k, double centre, int square)
+{
+  double s[4] = {0.0, 0.0, 0.0, 0.0};
+  long i = 0;
+  for (; i + 4 <= rows; i += 4)
+    for (int q = 0; q < 4; ++q) {
+      const double d = (double)x[(size_t)(i + q) * n + k] - centre;
+      s[q] += square ? d * d : d;
+    }
+  for (; i < rows; ++i) {
+    const double d = (double)x[(size_t)i * n + k] - centre;
+    s[i % 4] += square ? d * d : d;
+  }
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+int pr_moments(const float *x, long rows, int n, double *out)
+{
+  if (!x || !out || rows < 1 || n < 1) return PS_ERR_MODEL;
+  out[0] = (double)rows;
+  for (int k = 0; k < n; ++k) {
+    const double mean = column_sum(x, rows, n, k, 0.0, 0) / (double)rows;
+    out[1 + k] = mean;
+    out[1 + n + k] = column_sum(x, rows, n, k, mean, 1) / (double)rows;
+  }
+  return PS_OK;
+}
+
 int pr_rollout(const ps_model *m, ps_data *d, const pr_net *net, int steps, int repeat,
                int autoreset, double u_max, double w_du, const float *spread, float *obs,
                float *raw, float *mu, float *z, double *reward, uint8_t *alive,

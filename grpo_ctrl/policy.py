@@ -35,6 +35,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from grpo_ctrl._pendsim import ffi, lib
 from grpo_ctrl.errors import UserError, one_line
 from grpo_ctrl.files import atomic_write
 from grpo_ctrl.plant import plant_spec
@@ -89,8 +90,17 @@ class RunningNorm:
         """[count, mean, biased variance] of observations x (N, n), float64, in one
         tensor: what ``update`` folds in, computed where the batch was collected (the
         overlap collector ships these instead of the observations)."""
+        if (x.dtype == torch.float32 and x.is_contiguous() and x.device.type == "cpu"
+                and x.shape[0] > 0):
+            # the simulators' observations: two passes in C (csrc/policy_rollout.h), 0.02
+            # against 0.2 ms by torch at 16,384 x 3
+            out = torch.empty(1 + 2 * x.shape[1], dtype=torch.float64)
+            if lib.pr_moments(ffi.cast("float *", x.data_ptr()), x.shape[0], x.shape[1],
+                              ffi.cast("double *", out.data_ptr())):
+                raise ValueError(f"pr_moments refused observations of shape {tuple(x.shape)}")
+            return out
         x = x.double()
-        mean = x.mean(0)  # two passes: 0.1 ms at 16,384 x 3, where torch's var takes 0.26
+        mean = x.mean(0)
         dev = _row_deviations(x, mean)
         return torch.cat([torch.tensor([float(x.shape[0])], dtype=torch.float64), mean,
                           dev.mul_(dev).mean(0)])  # (x - mean) ** 2: the same products

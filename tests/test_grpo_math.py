@@ -196,6 +196,20 @@ def test_running_norm_matches_numpy_over_all_batches():
     np.testing.assert_allclose(norm.var.numpy(), allx.var(0), rtol=1e-4)
 
 
+@pytest.mark.parametrize("rows", [1, 7, 100, 16_384])
+def test_observation_moments_in_c_match_numpy_in_double(rows):
+    """The simulators' float32 observations take C's two passes (pr_moments); numpy's in
+    float64 of the same numbers agree to rounding, for row counts on and off its
+    four-way split."""
+    rng = np.random.default_rng(rows)
+    x = rng.normal(loc=[1, -2, 5], scale=[0.1, 3, 10], size=(rows, 3)).astype(np.float32)
+    got = RunningNorm.moments(torch.from_numpy(x)).numpy()
+    ref = x.astype(np.float64)
+    assert got[0] == rows
+    np.testing.assert_allclose(got[1:4], ref.mean(0), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got[4:], ref.var(0), rtol=1e-10, atol=1e-14)
+
+
 def test_mean_command_smoothness_by_hand():
     policy = GaussianPolicy(nobs=2, u_max=3.0)
     policy.net = torch.nn.Sequential(torch.nn.Linear(2, 1)).double()
