@@ -196,6 +196,15 @@ def test_running_norm_matches_numpy_over_all_batches():
     np.testing.assert_allclose(norm.var.numpy(), allx.var(0), rtol=1e-4)
 
 
+@pytest.mark.parametrize("B, stride, want", [(256, 32, [1, 33, 65, 97, 129, 161, 193, 225]),
+                                              (64, 32, [1, 17, 33, 49]),
+                                              (256, 8, list(range(1, 256, 8))),
+                                              (3, 8, [0, 1, 2]), (256, 1, list(range(256)))])
+def test_diagnostic_rows_keep_four_branches_at_least(B, stride, want):
+    from grpo_ctrl.grpo import diagnostic_rows
+    assert list(range(B))[diagnostic_rows(B, stride)] == want
+
+
 @pytest.mark.parametrize("rows", [1, 7, 100, 16_384])
 def test_observation_moments_in_c_match_numpy_in_double(rows):
     """The simulators' float32 observations take C's two passes (pr_moments); numpy's in
