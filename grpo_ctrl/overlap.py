@@ -7,8 +7,8 @@ the pipe, one update older than the policy the batch will train: the trainer
 sends each policy as its update ends, while the collector is still on the batch
 before, and asks for two batches at the start. A batch's arrays cross in shared
 memory made before the fork in the shapes of a first batch (``SharedSlots``, two
-sets that alternate); the pipe carries the rest. The policy crosses the pipe as
-numpy arrays: pickling those is ~20x faster than pickling tensors.
+sets that alternate); the pipe carries the rest. Each policy crosses the same way
+(``PolicySlots``).
 """
 from __future__ import annotations
 
@@ -90,7 +90,64 @@ class SharedSlots:
         return cls(**out)
 
 
-def _serve(conn, parent: int, make_rollout, make_policy, seed: int, slots: SharedSlots) -> None:
+class PolicySlots:
+    """Shared memory for a policy's tensors (its network's parameters and buffers, then
+    log std), flat float32: two sets, made before the fork from a policy of the
+    trainer's architecture. The trainer writes each policy into the next set and pipes
+    only which set and the normaliser's statistics; the collector copies the set into
+    its policy before it collects. The trainer writes a set again two policies later,
+    after the batch collected by the policy the set held has come back, so the collector
+    has read it by then. Pickling the policy through the pipe took the trainer 0.17 ms
+    an iteration, the process the overlap waits on (docs/research.md §13)."""
+
+    SETS = 2
+
+    def __init__(self, policy):
+        self.shapes = [t.shape for t in self._tensors(policy)]
+        n = sum(shape.numel() for shape in self.shapes)
+        self.slots = [torch.empty(n).share_memory_() for _ in range(self.SETS)]
+        k = policy.obs_norm.mean.numel()
+        # the normaliser's statistics: count, mean (k), variance (k), float64
+        self.norms = [torch.empty(1 + 2 * k, dtype=torch.float64).share_memory_()
+                      for _ in range(self.SETS)]
+        self.next = 0  # the set the trainer writes next
+
+    @staticmethod
+    def _tensors(policy) -> list:
+        return list(policy.net.state_dict(keep_vars=True).values()) + [policy.log_std]
+
+    def _of(self, policy) -> list:
+        tensors = self._tensors(policy)
+        if [t.shape for t in tensors] != self.shapes:
+            raise ValueError(f"the policy's tensors {[tuple(t.shape) for t in tensors]} "
+                             f"are not the slots' {[tuple(s) for s in self.shapes]}")
+        return tensors
+
+    def write(self, policy) -> int:
+        """Copy ``policy`` into the next set; returns that set, the message for the pipe."""
+        which, self.next = self.next, (self.next + 1) % self.SETS
+        norm = policy.obs_norm
+        with torch.no_grad():
+            torch.cat([t.detach().reshape(-1) for t in self._of(policy)], out=self.slots[which])
+            self.norms[which][0] = norm.count
+            torch.cat([norm.mean, norm.var], out=self.norms[which][1:])
+        return which
+
+    def read(self, which: int, policy) -> None:
+        """``write``'s policy, in set ``which``, copied into ``policy`` in place."""
+        with torch.no_grad():
+            parts = self.slots[which].split([shape.numel() for shape in self.shapes])
+            for t, part in zip(self._of(policy), parts):
+                t.copy_(part.view(t.shape))
+        k = (len(self.norms[which]) - 1) // 2
+        count, mean, var = self.norms[which].split([1, k, k])
+        policy.obs_norm.load_state_dict({"count": float(count), "mean": mean.clone(),
+                                         "var": var.clone()})
+        policy.refresh_norm()
+
+
+def _serve(conn, parent: int, make_rollout, make_policy, seed: int, slots: SharedSlots,
+           policies: PolicySlots) -> None:
     """The collector's loop: a policy (and the reward's cost scale) in, a batch collected
     by it out, until None."""
     _die_with_parent()
@@ -106,7 +163,7 @@ def _serve(conn, parent: int, make_rollout, make_policy, seed: int, slots: Share
     while (message := conn.recv()) is not None:
         try:
             state, cost_scale = message
-            policy.load_numpy_state(state)
+            policies.read(state, policy)
             rollout.set_cost_scale(cost_scale)
             conn.send(slots.pack(rollout.collect(policy, gen), which))
             which = (which + 1) % slots.SETS
@@ -157,12 +214,14 @@ class OverlapCollector:
     def __init__(self, make_rollout, make_policy, seed: int):
         ctx = multiprocessing.get_context("fork")
         # a first batch, here, gives the shared slots their shapes (a few ms)
-        self._slots = SharedSlots(make_rollout().collect(make_policy(),
+        example = make_policy()
+        self._slots = SharedSlots(make_rollout().collect(example,
                                                          torch.Generator().manual_seed(seed)))
+        self._policies = PolicySlots(example)
         pipe, theirs = ctx.Pipe()
         process = ctx.Process(target=_serve, daemon=True,
                               args=(theirs, os.getpid(), make_rollout, make_policy, seed,
-                                    self._slots))
+                                    self._slots, self._policies))
         process.start()
         theirs.close()  # the collector's end lives in the collector: EOF here when it dies
         self._link = _Link(pipe, process)
@@ -181,8 +240,9 @@ class OverlapCollector:
         (``GroupRollout.set_cost_scale``)."""
         link = self._link
         if not link.pending:
+            state = self._policies.write(policy)
             for _ in range(2):
-                link.pipe.send((policy.numpy_state(), cost_scale))
+                link.pipe.send((state, cost_scale))
             link.pending = 2
         message = link.pipe.recv()
         link.pending -= 1
@@ -195,7 +255,7 @@ class OverlapCollector:
         sent now, it waits in the pipe until the collector finishes that one, so the
         collector does not wait for the trainer's round trip (0.23 ms an iteration,
         docs/research.md §13)."""
-        self._link.pipe.send((policy.numpy_state(), cost_scale))
+        self._link.pipe.send((self._policies.write(policy), cost_scale))
         self._link.pending += 1
 
     def close(self) -> None:

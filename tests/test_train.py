@@ -180,6 +180,58 @@ def test_shared_slots_carry_a_batch_and_fall_back_to_the_pipe():
     assert torch.equal(odd.c, torch.ones(3))
 
 
+def test_policy_slots_carry_each_policy_in_turn_across_a_fork():
+    """The policy's shared slots (overlap.PolicySlots): two policies written into the two
+    sets cross to a forked process with only the set's number in the message, each
+    arriving bit for bit, its normaliser too; a parameter replaced after the first write is the one
+    sent next; a policy of other shapes is refused."""
+    import multiprocessing
+
+    from grpo_ctrl.overlap import PolicySlots
+    from grpo_ctrl.policy import GaussianPolicy
+
+    def make(seed):
+        torch.manual_seed(seed)
+        p = GaussianPolicy(3, 2.0, 8, 2, features=4, feature_scale=2.0)
+        p.obs_norm.update(torch.randn(50, 3) + seed)
+        p.refresh_norm()
+        return p
+
+    sent, receiver = make(1), make(0)
+    slots = PolicySlots(receiver)
+    first = slots.write(sent)
+    with torch.no_grad():
+        sent.net[-1].weight = torch.nn.Parameter(torch.full_like(sent.net[-1].weight, 0.5))
+        sent.log_std.fill_(-1.25)
+    second = slots.write(sent)
+    assert (first, second) == (0, 1)
+    x = torch.randn(20, 3)
+
+    def receive(conn, message):
+        slots.read(message, receiver)
+        with torch.no_grad():
+            conn.send([t.numpy() for t in receiver.dist(receiver.normalise(x))])
+        conn.close()
+
+    for message in (first, second):
+        ours, theirs = multiprocessing.get_context("fork").Pipe()
+        child = multiprocessing.get_context("fork").Process(target=receive,
+                                                            args=(theirs, message))
+        child.start()
+        theirs.close()
+        got = ours.recv()
+        child.join()
+        if message is second:
+            with torch.no_grad():
+                want = [t.numpy() for t in sent.dist(sent.normalise(x))]
+            assert all(np.array_equal(a, b) for a, b in zip(got, want))
+            assert float(got[1][0]) == -1.25
+        else:
+            assert float(got[1][0]) != -1.25
+    with pytest.raises(ValueError, match="not the slots"):
+        slots.write(GaussianPolicy(3, 2.0, 16, 2, features=4))
+
+
 def test_overlap_refuses_extra_update_threads():
     with pytest.raises(UserError, match="threads = 1"):
         Trainer(GRPOConfig(overlap=True, threads=2), "pendulum", "gym")
@@ -737,11 +789,13 @@ def test_fourier_features_feed_sin_of_the_normalised_observation_and_stay_fixed(
 def _assert_saved_and_copied_alike(tr: Trainer, batch, tmp_path, copy) -> None:
     """Saved and loaded, and copied as the overlap collector receives it (into ``copy``),
     the policy has the same distribution; the loaded controller acts on the mean alone."""
+    from grpo_ctrl.overlap import PolicySlots
     from grpo_ctrl.policy import GaussianPolicy, read_checkpoint, save_checkpoint
     path = tmp_path / "p.pt"
     save_checkpoint(tr.policy.checkpoint(tr.spec, vars(tr.cfg)), path)
     back = GaussianPolicy.from_checkpoint(read_checkpoint(path))
-    copy.load_numpy_state(tr.policy.numpy_state())
+    slots = PolicySlots(copy)
+    slots.read(slots.write(tr.policy), copy)
     with torch.no_grad():
         for loaded in (back, copy):
             for a, b in zip(tr.policy.dist(batch.obs), loaded.dist(batch.obs)):
