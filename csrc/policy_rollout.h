@@ -53,8 +53,8 @@ int pr_mean(const pr_net *net, int B, const float *obs, float *mu, float *work);
 /* The moments RunningNorm folds in, of `rows` observations x [rows * n]
  * (row-major float32): out = [rows, the mean (n), the biased variance (n)],
  * in double, by two passes (the mean, then the squared deviations from it),
- * each summing a column in four interleaved partial sums. Returns PS_OK, or PS_ERR_MODEL for rows < 1,
- * n < 1 or a NULL pointer. */
+ * each summing a column in four interleaved partial sums. Returns PS_OK, or
+ * PS_ERR_MODEL for rows < 1, n < 1 or a NULL pointer. */
 int pr_moments(const float *x, long rows, int n, double *out);
 
 /* `steps` decisions of all environments of d, continuing from obs [B * nobs]

@@ -92,9 +92,9 @@ class SharedSlots:
 
 class PolicySlots:
     """Shared memory for a policy's tensors (its network's parameters and buffers, then
-    log std), flat float32: two sets, made before the fork from a policy of the
-    trainer's architecture. The trainer writes each policy into the next set and pipes
-    only which set and the normaliser's statistics; the collector copies the set into
+    log std) flat in float32 and its normaliser's statistics in float64: two sets, made
+    before the fork from a policy of the trainer's architecture. The trainer writes each
+    policy into the next set and pipes only which set; the collector copies the set into
     its policy before it collects. The trainer writes a set again two policies later,
     after the batch collected by the policy the set held has come back, so the collector
     has read it by then. Pickling the policy through the pipe took the trainer 0.17 ms

@@ -183,8 +183,8 @@ def test_shared_slots_carry_a_batch_and_fall_back_to_the_pipe():
 def test_policy_slots_carry_each_policy_in_turn_across_a_fork():
     """The policy's shared slots (overlap.PolicySlots): two policies written into the two
     sets cross to a forked process with only the set's number in the message, each
-    arriving bit for bit, its normaliser too; a parameter replaced after the first write is the one
-    sent next; a policy of other shapes is refused."""
+    arriving bit for bit, its normaliser too; a parameter replaced after the first write
+    is the one sent next; a policy of other shapes is refused."""
     import multiprocessing
 
     from grpo_ctrl.overlap import PolicySlots
