@@ -162,8 +162,8 @@ def _serve(conn, parent: int, make_rollout, make_policy, seed: int, slots: Share
     which = 0  # the set of slots the next batch goes to: they alternate
     while (message := conn.recv()) is not None:
         try:
-            state, cost_scale = message
-            policies.read(state, policy)
+            which_policy, cost_scale = message
+            policies.read(which_policy, policy)
             rollout.set_cost_scale(cost_scale)
             conn.send(slots.pack(rollout.collect(policy, gen), which))
             which = (which + 1) % slots.SETS
@@ -240,9 +240,9 @@ class OverlapCollector:
         (``GroupRollout.set_cost_scale``)."""
         link = self._link
         if not link.pending:
-            state = self._policies.write(policy)
+            which = self._policies.write(policy)
             for _ in range(2):
-                link.pipe.send((state, cost_scale))
+                link.pipe.send((which, cost_scale))
             link.pending = 2
         message = link.pipe.recv()
         link.pending -= 1
