@@ -86,7 +86,7 @@ K_ATTR PR_NOINLINE static void K_NAME(dense)(int S, int nb, int nin, int nout, c
 /* Lanes h..h+V of every tile: gacc[(j * nin + i) * TILE + h + k] += sum over the
  * tiles t of dy[j][t + h + k] x[i][t + h + k] for outputs j..j+JB, inputs i..i+IB. */
 static inline __attribute__((always_inline)) K_ATTR void K_NAME(grad_block)(
-    int JB, int IB, int S, int h, int j, int i, int nin, const float *dy, const float *x,
+    int JB, int IB, int S, int n, int h, int j, int i, int nin, const float *dy, const float *x,
     float *gacc)
 {
   float *g = gacc + ((size_t)j * nin + i) * TILE + h;
@@ -95,7 +95,7 @@ static inline __attribute__((always_inline)) K_ATTR void K_NAME(grad_block)(
   K_VEC acc[K_GJB][K_GIB];
   for (int a = 0; a < JB; ++a)
     for (int c = 0; c < IB; ++c) acc[a][c] = *(K_VEC *)(g + ((size_t)a * nin + c) * TILE);
-  for (int t = 0; t < S; t += TILE) {
+  for (int t = 0; t < n; t += TILE) {
     K_VEC dv[K_GJB], xv[K_GIB];
     for (int a = 0; a < JB; ++a) dv[a] = *(const K_VEC *)(d + (size_t)a * S + t);
     for (int c = 0; c < IB; ++c) xv[c] = *(const K_VEC *)(xi + (size_t)c * S + t);
@@ -106,15 +106,15 @@ static inline __attribute__((always_inline)) K_ATTR void K_NAME(grad_block)(
     for (int c = 0; c < IB; ++c) *(K_VEC *)(g + ((size_t)a * nin + c) * TILE) = acc[a][c];
 }
 
-/* grad_acc_plain's sums (S samples, a multiple of TILE), in blocks of K_GJB
+/* grad_acc_plain's sums (n samples, a multiple of TILE, rows S apart), in blocks of K_GJB
  * outputs by K_GIB inputs, one vector of each tile's lanes at a time. */
-K_ATTR PR_NOINLINE static void K_NAME(grad_acc)(int S, int nin, int nout, const float *dy, const float *x,
-                                    float *gacc, float *gbacc)
+K_ATTR PR_NOINLINE static void K_NAME(grad_acc)(int S, int n, int nin, int nout, const float *dy,
+                                                const float *x, float *gacc, float *gbacc)
 {
   for (int j = 0; j < nout; ++j)
     for (int h = 0; h < TILE; h += K_V) {
       K_VEC sum = *(K_VEC *)(gbacc + (size_t)j * TILE + h);
-      for (int t = 0; t < S; t += TILE) sum += *(const K_VEC *)(dy + (size_t)j * S + t + h);
+      for (int t = 0; t < n; t += TILE) sum += *(const K_VEC *)(dy + (size_t)j * S + t + h);
       *(K_VEC *)(gbacc + (size_t)j * TILE + h) = sum;
     }
   int j = 0;
@@ -122,14 +122,14 @@ K_ATTR PR_NOINLINE static void K_NAME(grad_acc)(int S, int nin, int nout, const 
     int i = 0;
     for (; i + K_GIB <= nin; i += K_GIB)
       for (int h = 0; h < TILE; h += K_V)
-        K_NAME(grad_block)(K_GJB, K_GIB, S, h, j, i, nin, dy, x, gacc);
+        K_NAME(grad_block)(K_GJB, K_GIB, S, n, h, j, i, nin, dy, x, gacc);
     for (; i < nin; ++i)
       for (int h = 0; h < TILE; h += K_V)
-        K_NAME(grad_block)(K_GJB, 1, S, h, j, i, nin, dy, x, gacc);
+        K_NAME(grad_block)(K_GJB, 1, S, n, h, j, i, nin, dy, x, gacc);
   }
   for (; j < nout; ++j)
     for (int i = 0; i < nin; ++i)
-      for (int h = 0; h < TILE; h += K_V) K_NAME(grad_block)(1, 1, S, h, j, i, nin, dy, x, gacc);
+      for (int h = 0; h < TILE; h += K_V) K_NAME(grad_block)(1, 1, S, n, h, j, i, nin, dy, x, gacc);
 }
 
 #undef K_NAME

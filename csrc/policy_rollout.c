@@ -81,7 +81,7 @@ size_t pr_work_size(const pr_net *net, int B)
 {
   if (!net_ok(net) || B < 1) return 0;
   const size_t S = (size_t)stride(B);
-  return S * ((size_t)net->nfeat + (size_t)net->nobs + 2 * (size_t)net->width + 1);
+  return S * ((size_t)net->nfeat + (size_t)net->nobs + 2 * (size_t)net->width + 1) + LINE_SLACK;
 }
 
 int pr_mean(const pr_net *net, int B, const float *obs, float *mu, float *work)
@@ -91,7 +91,7 @@ int pr_mean(const pr_net *net, int B, const float *obs, float *mu, float *work)
   const int n = net->nobs, f = net->nfeat, w = net->width, S = stride(B);
   const int nb = (B + TILE - 1) / TILE * TILE;
   const float *mean = net->params, *scale = mean + n, *p = scale + n;
-  float *in = work;                       /* (f + n) x S: features, then x */
+  float *in = line_aligned(work);         /* (f + n) x S: features, then x */
   float *h[2] = {in + (size_t)(f + n) * S, in + (size_t)(f + n + w) * S};
   float *out = h[1] + (size_t)w * S;      /* 1 x S */
   float *x = in + (size_t)f * S;

@@ -11,17 +11,18 @@
 #include "policy_dense.h"
 
 /* Steps per chunk: the chunk's activations (~60 kB at the gym default) stay in
- * L2 between the forward and the backward pass. A multiple of TILE, and not of
- * 256 (stride(), policy_dense.h). */
-#define CHUNK 128
+ * L2 between the forward and the backward pass. A multiple of TILE. Their rows
+ * are PITCH floats apart: off a multiple of 256 (stride(), policy_dense.h). */
+#define CHUNK 256
+#define PITCH (CHUNK % 256 ? CHUNK : CHUNK + TILE)
 #define LOG_2PI 1.8378770664093453f
 
 /* The workspace, carved (pu_work_size counts what carve takes). */
 typedef struct {
-  float *in;                      /* (nfeat + nobs) x CHUNK: features, then x */
-  float *h[PU_MAX_HIDDEN];        /* width x CHUNK: the hidden layers' outputs */
+  float *in;                      /* (nfeat + nobs) x PITCH: features, then x */
+  float *h[PU_MAX_HIDDEN];        /* width x PITCH: the hidden layers' outputs */
   float *mu, *dmu;                /* CHUNK: output, and the loss's gradient with respect to it */
-  float *dh[2];                   /* width x CHUNK: gradients at hidden layers, alternately */
+  float *dh[2];                   /* width x PITCH: gradients at hidden layers, alternately */
   float *feat_W;                  /* nfeat x nobs: B transposed, dense()'s layout */
   float *WT[PU_MAX_HIDDEN];       /* hidden layer l >= 1's weight transposed (width x width) */
   float *zeros;                   /* a zero bias for the backward pass's dense() */
@@ -54,15 +55,16 @@ static int batch_ok(const pu_batch *bt, const int64_t *rows, int nrows)
 static int fan_in(const pu_net *net, int l) { return l == 0 ? net->nfeat + net->nobs : net->width; }
 static int fan_out(const pu_net *net, int l) { return l == net->nhidden ? 1 : net->width; }
 
-/* Carves work into p (work NULL: only counts). Returns the floats taken. */
+/* Carves work into p (work NULL: only counts), each part whole cache lines from
+ * the last (work line_aligned). Returns the floats taken. */
 static size_t carve(const pu_net *net, float *work, parts *p)
 {
-  const size_t S = CHUNK, f = (size_t)net->nfeat, n = (size_t)net->nobs, w = (size_t)net->width;
+  const size_t S = PITCH, f = (size_t)net->nfeat, n = (size_t)net->nobs, w = (size_t)net->width;
   size_t at = 0;
-#define TAKE(ptr, count)                  \
-  do {                                    \
-    if (work) (ptr) = work + at;          \
-    at += (size_t)(count);                \
+#define TAKE(ptr, count)                    \
+  do {                                      \
+    if (work) (ptr) = work + at;            \
+    at += ((size_t)(count) + 15) / 16 * 16; \
   } while (0)
   TAKE(p->in, (f + n) * S);
   for (int l = 0; l < net->nhidden; ++l) TAKE(p->h[l], w * S);
@@ -90,7 +92,7 @@ static size_t carve(const pu_net *net, float *work, parts *p)
 size_t pu_work_size(const pu_net *net)
 {
   parts p;
-  return net_ok(net) ? carve(net, NULL, &p) : 0;
+  return net_ok(net) ? carve(net, NULL, &p) + LINE_SLACK : 0;
 }
 
 /* The weights' copies the kernels want: B and the hidden layers' weights transposed. */
@@ -113,18 +115,18 @@ static void fill(const pu_net *net, const pu_batch *bt, const int64_t *rows, lon
                  parts *p)
 {
   const int n = net->nobs, L = bt->L;
-  float *x = p->in + (size_t)net->nfeat * CHUNK;
+  float *x = p->in + (size_t)net->nfeat * PITCH;
   for (int s = 0; s < CHUNK; ++s) {
     if (s < count) {
       const long i = first + s;
       const size_t at = (size_t)rows[i / L] * (size_t)L + (size_t)(i % L);
-      for (int k = 0; k < n; ++k) x[(size_t)k * CHUNK + s] = bt->obs[at * n + k];
+      for (int k = 0; k < n; ++k) x[(size_t)k * PITCH + s] = bt->obs[at * n + k];
       p->lane_z[s] = bt->z[at];
       p->lane_logp_old[s] = bt->logp_old[at];
       p->lane_adv[s] = bt->adv[at];
       p->lane_mask[s] = bt->mask[at];
     } else {
-      for (int k = 0; k < n; ++k) x[(size_t)k * CHUNK + s] = 0.0f;
+      for (int k = 0; k < n; ++k) x[(size_t)k * PITCH + s] = 0.0f;
       p->lane_z[s] = p->lane_logp_old[s] = p->lane_adv[s] = p->lane_mask[s] = 0.0f;
     }
   }
@@ -133,16 +135,16 @@ static void fill(const pu_net *net, const pu_batch *bt, const int64_t *rows, lon
 static void forward(const pu_net *net, parts *p)
 {
   const int f = net->nfeat, n = net->nobs, w = net->width;
-  const float *x = p->in + (size_t)f * CHUNK;
-  if (f) dense(CHUNK, CHUNK, n, f, p->feat_W, net->feat_b, x, p->in, ACT_SIN);
+  const float *x = p->in + (size_t)f * PITCH;
+  if (f) dense(PITCH, CHUNK, n, f, p->feat_W, net->feat_b, x, p->in, ACT_SIN);
   const float *a = f ? p->in : x;
   int nin = f + n;
   for (int l = 0; l < net->nhidden; ++l) {
-    dense(CHUNK, CHUNK, nin, w, net->W[l], net->b[l], a, p->h[l], ACT_RELU);
+    dense(PITCH, CHUNK, nin, w, net->W[l], net->b[l], a, p->h[l], ACT_RELU);
     a = p->h[l];
     nin = w;
   }
-  dense(CHUNK, CHUNK, w, 1, net->W[net->nhidden], net->b[net->nhidden], a, p->mu, ACT_NONE);
+  dense(PITCH, CHUNK, w, 1, net->W[net->nhidden], net->b[net->nhidden], a, p->mu, ACT_NONE);
 }
 
 /* dy[j][s] = scale[j] dmu[s] where out[j][s] > 0, else 0: the gradient at a ReLU
@@ -154,18 +156,23 @@ static void relu_grad_outer(int nout, const float *scale, const float *restrict 
   for (int j = 0; j < nout; ++j) {
     const float sj = scale[j];
     for (int s = 0; s < CHUNK; ++s) {
-      const size_t at = (size_t)j * CHUNK + s;
+      const size_t at = (size_t)j * PITCH + s;
       const float v = sj * dmu[s];
       dy[at] = out[at] > 0.0f ? v : 0.0f;
     }
   }
 }
 
-/* g[i] = 0 where out[i] <= 0: ReLU's gradient, 1 where its output was > 0. */
+/* g[j][s] = 0 where out[j][s] <= 0, for rows j < rows: ReLU's gradient, 1 where its
+ * output was > 0. */
 PR_CLONES
-static void relu_grad(size_t n, const float *restrict out, float *restrict g)
+static void relu_grad(int rows, const float *restrict out, float *restrict g)
 {
-  for (size_t i = 0; i < n; ++i) g[i] = out[i] > 0.0f ? g[i] : 0.0f;
+  for (int j = 0; j < rows; ++j)
+    for (int s = 0; s < CHUNK; ++s) {
+      const size_t i = (size_t)j * PITCH + s;
+      g[i] = out[i] > 0.0f ? g[i] : 0.0f;
+    }
 }
 
 /* The loss's gradient with respect to the chunk's outputs (into dmu), its
@@ -200,19 +207,19 @@ static void loss_grad(parts *p, float log_std, float eps_low, float eps_high, su
 /* Gradients from dmu back to every layer's weights, into the lane accumulators. */
 static void backward(const pu_net *net, parts *p)
 {
-  const int nh = net->nhidden, w = net->width, S = CHUNK;
-  grad_acc(S, w, 1, p->dmu, p->h[nh - 1], p->gacc[nh], p->gbacc[nh]);
+  const int nh = net->nhidden, w = net->width, S = PITCH;
+  grad_acc(S, CHUNK, w, 1, p->dmu, p->h[nh - 1], p->gacc[nh], p->gbacc[nh]);
   int cur = 0;
   float *dy = p->dh[cur];
   relu_grad_outer(w, net->W[nh], p->dmu, p->h[nh - 1], dy);
   for (int l = nh - 1; l >= 0; --l) {
     const float *a = l ? p->h[l - 1] : p->in;
-    grad_acc(S, fan_in(net, l), w, dy, a, p->gacc[l], p->gbacc[l]);
+    grad_acc(S, CHUNK, fan_in(net, l), w, dy, a, p->gacc[l], p->gbacc[l]);
     if (l == 0) break;
     float *dx = p->dh[1 - cur];
     cur = 1 - cur;
-    dense(S, S, w, w, p->WT[l], p->zeros, dy, dx, ACT_NONE);
-    relu_grad((size_t)w * S, a, dx);
+    dense(S, CHUNK, w, w, p->WT[l], p->zeros, dy, dx, ACT_NONE);
+    relu_grad(w, a, dx);
     dy = dx;
   }
 }
@@ -234,7 +241,7 @@ int pu_gradient(const pu_net *net, float log_std, const pu_batch *bt, const int6
   for (int l = 0; l <= net->nhidden; ++l)
     if (!net->gW[l] || !net->gb[l]) return PU_ERR_ARGS;
   parts p;
-  carve(net, work, &p);
+  carve(net, line_aligned(work), &p);
   prepare(net, &p);
   for (int l = 0; l <= net->nhidden; ++l) {
     memset(p.gacc[l], 0, sizeof(float) * (size_t)fan_out(net, l) * fan_in(net, l) * TILE);
@@ -309,7 +316,7 @@ int pu_mean(const pu_net *net, const pu_batch *bt, const int64_t *rows, int nrow
 {
   if (!net_ok(net) || !batch_ok(bt, rows, nrows) || !mu || !work) return PU_ERR_ARGS;
   parts p;
-  carve(net, work, &p);
+  carve(net, line_aligned(work), &p);
   prepare(net, &p);
   const long total = (long)nrows * bt->L;
   for (long first = 0; first < total; first += CHUNK) {
