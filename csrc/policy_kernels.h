@@ -73,6 +73,14 @@ K_ATTR PR_NOINLINE static void K_NAME(dense)(int S, int nb, int nin, int nout, c
     for (; j < nout; ++j) K_NAME(dense_block)(1, K_DNT, S, b0, j, nin, W, bias, in, out);
     K_NAME(activate_block)(K_DNT * K_V, S, b0, nout, out, act);
   }
+  for (; K_DNT > 2 && b0 + 2 * K_V <= nb; b0 += 2 * K_V) {
+    int j = 0;
+    for (; j + K_DJB <= nout; j += K_DJB)
+      K_NAME(dense_block)(K_DJB, 2, S, b0, j, nin, W, bias, in, out);
+    for (; j + 4 <= nout; j += 4) K_NAME(dense_block)(4, 2, S, b0, j, nin, W, bias, in, out);
+    for (; j < nout; ++j) K_NAME(dense_block)(1, 2, S, b0, j, nin, W, bias, in, out);
+    K_NAME(activate_block)(2 * K_V, S, b0, nout, out, act);
+  }
   for (; b0 < nb; b0 += K_V) {
     int j = 0;
     for (; j + K_DJB <= nout; j += K_DJB)
@@ -106,6 +114,18 @@ static inline __attribute__((always_inline)) K_ATTR void K_NAME(grad_block)(
     for (int c = 0; c < IB; ++c) *(K_VEC *)(g + ((size_t)a * nin + c) * TILE) = acc[a][c];
 }
 
+/* Outputs j..j+JB (JB < K_GJB) against every input: blocks of K_GIB inputs, then 1. */
+static inline __attribute__((always_inline)) K_ATTR void K_NAME(grad_rows)(
+    int JB, int S, int n, int j, int nin, const float *dy, const float *x, float *gacc)
+{
+  int i = 0;
+  for (; i + K_GIB <= nin; i += K_GIB)
+    for (int h = 0; h < TILE; h += K_V)
+      K_NAME(grad_block)(JB, K_GIB, S, n, h, j, i, nin, dy, x, gacc);
+  for (; i < nin; ++i)
+    for (int h = 0; h < TILE; h += K_V) K_NAME(grad_block)(JB, 1, S, n, h, j, i, nin, dy, x, gacc);
+}
+
 /* grad_acc_plain's sums (n samples, a multiple of TILE, rows S apart), in blocks of K_GJB
  * outputs by K_GIB inputs, one vector of each tile's lanes at a time. */
 K_ATTR PR_NOINLINE static void K_NAME(grad_acc)(int S, int n, int nin, int nout, const float *dy,
@@ -127,9 +147,15 @@ K_ATTR PR_NOINLINE static void K_NAME(grad_acc)(int S, int n, int nin, int nout,
       for (int h = 0; h < TILE; h += K_V)
         K_NAME(grad_block)(K_GJB, 1, S, n, h, j, i, nin, dy, x, gacc);
   }
-  for (; j < nout; ++j)
-    for (int i = 0; i < nin; ++i)
-      for (int h = 0; h < TILE; h += K_V) K_NAME(grad_block)(1, 1, S, n, h, j, i, nin, dy, x, gacc);
+  /* the last nout % K_GJB outputs (AVX2's 32 = 10 x 3 + 2) in one block of that many rows,
+   * not row by row: a single accumulator waits on its own adds, and those two rows took as
+   * long as twelve in full blocks */
+  switch (nout - j) {
+  case 3: if (K_GJB > 3) K_NAME(grad_rows)(3, S, n, j, nin, dy, x, gacc); break;
+  case 2: if (K_GJB > 2) K_NAME(grad_rows)(2, S, n, j, nin, dy, x, gacc); break;
+  case 1: K_NAME(grad_rows)(1, S, n, j, nin, dy, x, gacc); break;
+  default: break;
+  }
 }
 
 #undef K_NAME

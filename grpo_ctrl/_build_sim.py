@@ -24,6 +24,8 @@ ffibuilder.set_source(
     sources=["csrc/pendsim.c", "csrc/plants.c", "csrc/policy_rollout.c",
              "csrc/policy_update.c", "csrc/policy_simd.c"],
     include_dirs=["csrc"],
+    # the headers too: a change to one (the kernels live in policy_kernels.h) rebuilds
+    depends=sorted(str(h.relative_to(ROOT)) for h in (ROOT / "csrc").glob("*.h")),
     extra_compile_args=C_FLAGS,
     libraries=["m"],
 )

@@ -95,7 +95,7 @@ def test_kernels_under_qemu_match_this_machine_bit_for_bit(arm, tmp_path):
                             text=True, timeout=300)
     assert native.returncode == 0, native.stdout + native.stderr
     here, there = _digests(native.stdout), _digests(r.stdout)
-    assert here.keys() == there.keys() and len(here) == 5
+    assert here.keys() == there.keys() and len(here) == 6
     for net in here:
         assert set(here[net].values()) == set(there[net].values()), net
 

@@ -338,7 +338,7 @@ def test_check_kernels_every_path_against_plain_and_a_double_reference(tmp_path)
     for line in r.stdout.splitlines()[1:-1]:
         net, path, digest = line.rsplit(" ", 2)
         digests.setdefault(net, set()).add(digest)
-    assert len(digests) == 5 and all(len(d) == 1 for d in digests.values())
+    assert len(digests) == 6 and all(len(d) == 1 for d in digests.values())
 
 
 def test_bench_kernels_times_every_path_and_the_libraries():
