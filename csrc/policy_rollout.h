@@ -42,7 +42,8 @@ typedef struct {
 /* Floats in a network's params array. */
 size_t pr_net_num_params(const pr_net *net);
 
-/* Floats of workspace pr_mean and pr_rollout need for B environments. */
+/* Floats of workspace pr_mean and pr_rollout need for B environments, at any float's
+ * address (they start their parts on a cache line within it). */
 size_t pr_work_size(const pr_net *net, int B);
 
 /* The network's output (the Gaussian's mean, before the squash) for B

@@ -79,7 +79,8 @@ typedef struct {
   double grad_norm;
 } pu_stats;
 
-/* Floats of workspace pu_gradient and pu_mean need. 0 for a malformed net. */
+/* Floats of workspace pu_gradient and pu_mean need, at any float's address (they start
+ * their parts on a cache line within it). 0 for a malformed net. */
 size_t pu_work_size(const pu_net *net);
 
 /* The gradient of the loss over branches rows[0..nrows) of the batch with

@@ -279,6 +279,43 @@ def test_every_simd_path_gives_the_same_gradient_bits(simd_path, nobs, hidden, l
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * float(ref.abs().max()) + 1e-7)
 
 
+def test_the_workspace_may_start_at_any_float():
+    """pu_gradient and pr_mean start their workspace's parts on a cache line within the
+    buffer they are given (a buffer 16 bytes off one split the loads and cost 13 %): the
+    same bits from every float's offset in a line, and no write past pu_work_size /
+    pr_work_size (the floats after it stay as they were)."""
+    p = _policy(3, 32, 2, 64, seed=5)
+    batch = _batch(p, 64, 32, seed=3)
+    rows = torch.arange(0, 64, 2, dtype=torch.int64)
+    c = CGradient.of(p, CFG, batch)
+    size = lib.pu_work_size(c.net)
+    net, params = p.c_mean_network()
+    pr = ffi.new("pr_net *", net)
+    pr.params = ffi.from_buffer("float[]", params)
+    B = 64  # rows exactly B apart: pr_mean's last part, its output, written to the end
+    obs = np.random.default_rng(0).standard_normal((B, 3)).astype(np.float32)
+    mu = np.empty(B, np.float32)
+    pr_size = lib.pr_work_size(pr, B)
+    got = set()
+    for offset in range(16):
+        for n in (size, pr_size):
+            buffer = np.full(n + 32, 7.0, np.float32)
+            work = buffer[offset:offset + n]
+            if n == size:
+                assert lib.pu_gradient(c.net, float(p.log_std.detach()), c.batch,
+                                       ffi.cast("int64_t *", rows.data_ptr()), rows.numel(),
+                                       lib.PU_AGG_TOKEN, 0.2, 0.28, 0.0, c.grad_log_std,
+                                       c.stats, ffi.from_buffer("float[]", work)) == 0
+            else:
+                assert lib.pr_mean(pr, B, ffi.from_buffer("float[]", obs),
+                                   ffi.from_buffer("float[]", mu),
+                                   ffi.from_buffer("float[]", work)) == 0
+            assert np.all(buffer[offset + n:] == 7.0)
+        got.add(b"".join(t.grad.numpy().tobytes() for t in p.parameters() if t.grad is not None)
+                + mu.tobytes())
+    assert len(got) == 1
+
+
 def test_the_paths_a_cpu_runs_and_the_cap():
     assert PATHS[-2:] == ["baseline", "plain"] and PATHS == sorted(
         PATHS, key=["avx512", "avx2", "baseline", "plain"].index)
