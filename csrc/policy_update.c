@@ -10,8 +10,9 @@
 
 #include "policy_dense.h"
 
-/* Steps per chunk: the chunk's activations (~60 kB at the gym default) stay in
- * L2 between the forward and the backward pass. A multiple of TILE. Their rows
+/* Steps per chunk: the chunk's activations (~200 kB at the gym default) stay in
+ * L2 between the forward and the backward pass (256: 4 % faster than 128 on a Zen 4,
+ * 512 slower). A multiple of TILE. Their rows
  * are PITCH floats apart: off a multiple of 256 (stride(), policy_dense.h). */
 #define CHUNK 256
 #define PITCH (CHUNK % 256 ? CHUNK : CHUNK + TILE)
