@@ -274,17 +274,18 @@ static inline void grad_acc(int S, int n, int nin, int nout, const float *dy, co
   }
 }
 
-/* Floats a workspace holds beyond what its parts take: room to start them on a cache line. */
-#define LINE_SLACK 16
+/* Floats in a 64-byte cache line: what a workspace holds beyond what its parts take
+ * (room to start them on a line), and what each part is rounded up to. */
+#define LINE_FLOATS 16
 
-/* p rounded up to a 64-byte boundary. Every activation row then starts on a cache
- * line (rows are whole tiles apart), so that no vector load straddles two: a
- * workspace off by 16 bytes cost an update 13 % on a Zen 4. p is a float's address,
- * so at most LINE_SLACK - 1 floats are skipped. */
+/* p rounded up to a cache line. Every activation row then starts on one (rows are
+ * whole tiles apart), so that no vector load straddles two: a workspace off by 16
+ * bytes cost an update 13 % on a Zen 4. p is a float's address, so at most
+ * LINE_FLOATS - 1 floats are skipped. */
 static inline float *line_aligned(float *p)
 {
-  const uintptr_t a = (uintptr_t)p;
-  return p + ((64 - a % 64) % 64) / sizeof(float);
+  const size_t line = LINE_FLOATS * sizeof(float);
+  return p + ((line - (uintptr_t)p % line) % line) / sizeof(float);
 }
 
 /* Rows of the activations: B rounded up to tiles, and off a multiple of 256

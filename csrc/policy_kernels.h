@@ -57,38 +57,32 @@ static inline __attribute__((always_inline)) K_ATTR void K_NAME(activate_block)(
   }
 }
 
-/* dense_plain's result: blocks of K_DJB outputs (then 4, then 1) by K_DNT
- * vectors (then 1). */
+/* Every output for samples b0..b0+NT*V: blocks of K_DJB outputs, then 4, then 1; then
+ * their activation. */
+static inline __attribute__((always_inline)) K_ATTR void K_NAME(dense_lanes)(
+    int NT, int S, int b0, int nin, int nout, const float *W, const float *bias,
+    const float *in, float *out, int act)
+{
+  int j = 0;
+  for (; j + K_DJB <= nout; j += K_DJB)
+    K_NAME(dense_block)(K_DJB, NT, S, b0, j, nin, W, bias, in, out);
+  for (; j + 4 <= nout; j += 4) K_NAME(dense_block)(4, NT, S, b0, j, nin, W, bias, in, out);
+  for (; j < nout; ++j) K_NAME(dense_block)(1, NT, S, b0, j, nin, W, bias, in, out);
+  K_NAME(activate_block)(NT * K_V, S, b0, nout, out, act);
+}
+
+/* dense_plain's result: K_DNT vectors of samples at a time, then 2 (AVX2's 256 branches
+ * are ten blocks of 3 vectors and 2 left), then 1. */
 K_ATTR PR_NOINLINE static void K_NAME(dense)(int S, int nb, int nin, int nout, const float *W,
                                              const float *bias, const float *in, float *out,
                                              int act)
 {
   int b0 = 0;
-  for (; b0 + K_DNT * K_V <= nb; b0 += K_DNT * K_V) {
-    int j = 0;
-    for (; j + K_DJB <= nout; j += K_DJB)
-      K_NAME(dense_block)(K_DJB, K_DNT, S, b0, j, nin, W, bias, in, out);
-    for (; j + 4 <= nout; j += 4)
-      K_NAME(dense_block)(4, K_DNT, S, b0, j, nin, W, bias, in, out);
-    for (; j < nout; ++j) K_NAME(dense_block)(1, K_DNT, S, b0, j, nin, W, bias, in, out);
-    K_NAME(activate_block)(K_DNT * K_V, S, b0, nout, out, act);
-  }
-  for (; K_DNT > 2 && b0 + 2 * K_V <= nb; b0 += 2 * K_V) {
-    int j = 0;
-    for (; j + K_DJB <= nout; j += K_DJB)
-      K_NAME(dense_block)(K_DJB, 2, S, b0, j, nin, W, bias, in, out);
-    for (; j + 4 <= nout; j += 4) K_NAME(dense_block)(4, 2, S, b0, j, nin, W, bias, in, out);
-    for (; j < nout; ++j) K_NAME(dense_block)(1, 2, S, b0, j, nin, W, bias, in, out);
-    K_NAME(activate_block)(2 * K_V, S, b0, nout, out, act);
-  }
-  for (; b0 < nb; b0 += K_V) {
-    int j = 0;
-    for (; j + K_DJB <= nout; j += K_DJB)
-      K_NAME(dense_block)(K_DJB, 1, S, b0, j, nin, W, bias, in, out);
-    for (; j + 4 <= nout; j += 4) K_NAME(dense_block)(4, 1, S, b0, j, nin, W, bias, in, out);
-    for (; j < nout; ++j) K_NAME(dense_block)(1, 1, S, b0, j, nin, W, bias, in, out);
-    K_NAME(activate_block)(K_V, S, b0, nout, out, act);
-  }
+  for (; b0 + K_DNT * K_V <= nb; b0 += K_DNT * K_V)
+    K_NAME(dense_lanes)(K_DNT, S, b0, nin, nout, W, bias, in, out, act);
+  for (; K_DNT > 2 && b0 + 2 * K_V <= nb; b0 += 2 * K_V)
+    K_NAME(dense_lanes)(2, S, b0, nin, nout, W, bias, in, out, act);
+  for (; b0 < nb; b0 += K_V) K_NAME(dense_lanes)(1, S, b0, nin, nout, W, bias, in, out, act);
 }
 
 /* Lanes h..h+V of every tile: gacc[(j * nin + i) * TILE + h + k] += sum over the

@@ -81,7 +81,7 @@ size_t pr_work_size(const pr_net *net, int B)
 {
   if (!net_ok(net) || B < 1) return 0;
   const size_t S = (size_t)stride(B);
-  return S * ((size_t)net->nfeat + (size_t)net->nobs + 2 * (size_t)net->width + 1) + LINE_SLACK;
+  return S * ((size_t)net->nfeat + (size_t)net->nobs + 2 * (size_t)net->width + 1) + LINE_FLOATS;
 }
 
 int pr_mean(const pr_net *net, int B, const float *obs, float *mu, float *work)

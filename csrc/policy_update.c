@@ -62,10 +62,10 @@ static size_t carve(const pu_net *net, float *work, parts *p)
 {
   const size_t S = PITCH, f = (size_t)net->nfeat, n = (size_t)net->nobs, w = (size_t)net->width;
   size_t at = 0;
-#define TAKE(ptr, count)                    \
-  do {                                      \
-    if (work) (ptr) = work + at;            \
-    at += ((size_t)(count) + 15) / 16 * 16; \
+#define TAKE(ptr, count)                                                  \
+  do {                                                                    \
+    if (work) (ptr) = work + at;                                          \
+    at += ((size_t)(count) + LINE_FLOATS - 1) / LINE_FLOATS * LINE_FLOATS; \
   } while (0)
   TAKE(p->in, (f + n) * S);
   for (int l = 0; l < net->nhidden; ++l) TAKE(p->h[l], w * S);
@@ -93,7 +93,7 @@ static size_t carve(const pu_net *net, float *work, parts *p)
 size_t pu_work_size(const pu_net *net)
 {
   parts p;
-  return net_ok(net) ? carve(net, NULL, &p) + LINE_SLACK : 0;
+  return net_ok(net) ? carve(net, NULL, &p) + LINE_FLOATS : 0;
 }
 
 /* The weights' copies the kernels want: B and the hidden layers' weights transposed. */

@@ -296,20 +296,16 @@ def test_the_workspace_may_start_at_any_float():
     obs = np.random.default_rng(0).standard_normal((B, 3)).astype(np.float32)
     mu = np.empty(B, np.float32)
     pr_size = lib.pr_work_size(pr, B)
+    calls = [(size, lambda work: lib.pu_gradient(
+                 c.net, float(p.log_std.detach()), c.batch, ffi.cast("int64_t *", rows.data_ptr()),
+                 rows.numel(), lib.PU_AGG_TOKEN, 0.2, 0.28, 0.0, c.grad_log_std, c.stats, work)),
+             (pr_size, lambda work: lib.pr_mean(pr, B, ffi.from_buffer("float[]", obs),
+                                                ffi.from_buffer("float[]", mu), work))]
     got = set()
     for offset in range(16):
-        for n in (size, pr_size):
+        for n, call in calls:
             buffer = np.full(n + 32, 7.0, np.float32)
-            work = buffer[offset:offset + n]
-            if n == size:
-                assert lib.pu_gradient(c.net, float(p.log_std.detach()), c.batch,
-                                       ffi.cast("int64_t *", rows.data_ptr()), rows.numel(),
-                                       lib.PU_AGG_TOKEN, 0.2, 0.28, 0.0, c.grad_log_std,
-                                       c.stats, ffi.from_buffer("float[]", work)) == 0
-            else:
-                assert lib.pr_mean(pr, B, ffi.from_buffer("float[]", obs),
-                                   ffi.from_buffer("float[]", mu),
-                                   ffi.from_buffer("float[]", work)) == 0
+            assert call(ffi.from_buffer("float[]", buffer[offset:offset + n])) == 0
             assert np.all(buffer[offset + n:] == 7.0)
         got.add(b"".join(t.grad.numpy().tobytes() for t in p.parameters() if t.grad is not None)
                 + mu.tobytes())
