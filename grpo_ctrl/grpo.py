@@ -42,6 +42,7 @@ from grpo_ctrl.distributed import Ranks  # noqa: E402
 from grpo_ctrl.errors import UserError  # noqa: E402
 from grpo_ctrl.grpo_config import GRPOConfig, check_config  # noqa: E402
 from grpo_ctrl.overlap import OverlapCollector  # noqa: E402
+from grpo_ctrl.plant import plant_spec  # noqa: E402
 from grpo_ctrl.policy import (GaussianPolicy, RunningNorm, gaussian_log_prob,  # noqa: E402
                              log_tanh_jacobian)
 from grpo_ctrl.randomize import Randomization  # noqa: E402
@@ -127,8 +128,11 @@ class GroupRollout:
         # steps itself and folds obs_moments: neither raw_obs nor obs travel (~300 kB)
         self.shipped = shipped
         self.batch_std = batch_std
-        # a pool trajectory draws its plant at each reset; its branches copy it
-        self.pool = BatchSim(system, n, preset=preset, seed=seed, randomize=randomize)
+        # a pool trajectory draws its plant at each reset, and its start (the preset's box, or
+        # any state: cfg.starts); its branches copy it
+        box = plant_spec(system, preset).wide_box() if cfg.starts == "wide" else (None, None)
+        self.pool = BatchSim(system, n, preset=preset, seed=seed, randomize=randomize,
+                             x0_low=box[0], x0_high=box[1])
         self.group = BatchSim(system, n * g, preset=preset, seed=seed + 10_000,
                               randomize=randomize)
         # the branches' states at step loss_steps, which the trajectories continue from

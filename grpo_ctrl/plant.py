@@ -127,6 +127,19 @@ class PlantSpec:
         high[self.pole_angle] = tilt
         return -high, high
 
+    def wide_box(self, velocity: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """The preset's start box (low, high) widened to any state of the pendulum: each
+        angle's sensor channel over a whole turn around the box's centre, its velocity
+        within ``velocity`` of zero; every other component (a cart's position, a cyclic
+        arm) as the preset has it."""
+        low, high = np.array(self.x0_low), np.array(self.x0_high)
+        for a, v in self.channels:
+            if self.angles[a] and a not in self.cyclic:
+                centre = 0.5 * (low[a] + high[a])
+                low[a], high[a] = centre - np.pi, centre + np.pi
+                low[v], high[v] = -velocity, velocity
+        return low, high
+
     def observation(self, x) -> np.ndarray:
         """The float32 observation of state ``x (nx,)``, by the C function the
         simulator observes with (no sensor noise or quantisation)."""
