@@ -552,7 +552,7 @@ def test_every_hyperparameter_documents_itself():
     for f in fields(GRPOConfig):
         assert f.metadata.get("doc"), f.name
     assert set(CHOICES) == {"continuation", "adv_scale", "loss_agg", "loss_type", "activation",
-                            "smooth_terms", "deploy"}
+                            "smooth_terms", "deploy", "starts"}
 
 
 def test_train_help_lists_the_fields_by_section(capsys):
@@ -560,7 +560,8 @@ def test_train_help_lists_the_fields_by_section(capsys):
     fields' flags and no other's; every field belongs to a section."""
     from dataclasses import fields
     from grpo_ctrl.grpo_config import SECTIONS
-    assert len(fields(GRPOConfig)) <= 47  # costs_from, costs_early: the double pendulum
+    # costs_from, costs_early: the double pendulum's score; starts: its robustness
+    assert len(fields(GRPOConfig)) <= 48
     assert cli.main(["train", "--help"]) == 0
     text = capsys.readouterr().out
     heads = [text.index(f"GRPO: {name} ") for name in SECTIONS]
