@@ -89,6 +89,12 @@ class Randomization:
         for name, (lo, hi) in self.scale.items():
             if lo <= 0:
                 problems.append(f"scale.{name} must stay above 0, got [{lo}, {hi}]")
+        for name, (lo, hi) in self.absolute.items():
+            # every physical parameter is a size, a mass or a loss: a negative friction feeds
+            # energy in, and the drawn plant's state runs off to infinity
+            if lo < 0:
+                problems.append(f"absolute.{name} must stay at or above 0 (a physical "
+                                f"parameter), got [{lo}, {hi}]")
         if not 0 <= self.delay[0] <= self.delay[1]:
             problems.append(f"delay must be 0 <= low <= high steps, got {list(self.delay)}")
         if not 0 < self.motor_k[0] <= self.motor_k[1] <= 1:

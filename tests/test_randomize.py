@@ -191,6 +191,9 @@ def test_table_and_overrides():
         Randomization.from_table({"delays": [1, 2]})
     with pytest.raises(UserError, match="motor_k"):
         Randomization(motor_k=(0.0, 1.0))
+    # a negative friction feeds energy in: the drawn pendulum's state would overflow
+    with pytest.raises(UserError, match=r"absolute.b2 must stay at or above 0"):
+        Randomization(absolute={"b2": (-0.1, 0.1)})
     with pytest.raises(UserError, match="KEY=VALUE"):
         with_overrides(base, ["params"])
     # a count from the command line (parsed as a number) is a whole number of steps
