@@ -544,6 +544,24 @@ static void dynamics_pendulum_gym(const ps_model *m, ps_data *d, const float *ac
   }
 }
 
+/* The command environment b's plant receives in state x for the action a:
+ * the catch's -K e inside its region (ps_model), else a. */
+static float caught_command(const ps_model *m, const double *x, float a)
+{
+  const int nx = m->nx;
+  double e[PS_MAX_NX], level = 0.0, u = 0.0;
+  for (int k = 0; k < nx; ++k)
+    e[k] = plant_is_angle(m->system, k) ? angle_normalize(x[k]) : x[k];
+  for (int i = 0; i < nx; ++i) {
+    double row = 0.0;
+    for (int k = 0; k < nx; ++k) row += m->catch_P[i * nx + k] * e[k];
+    level += e[i] * row;
+    u -= m->catch_K[i] * e[i];
+  }
+  if (!(level < m->catch_level)) return a;
+  return (float)(u > m->u_max ? m->u_max : (u < -m->u_max ? -m->u_max : u));
+}
+
 static void dynamics_generic(const ps_model *m, ps_data *d, const float *action,
                              double *reward, uint8_t *terminated, uint8_t *truncated)
 {
@@ -551,8 +569,9 @@ static void dynamics_generic(const ps_model *m, ps_data *d, const float *action,
   double x[PS_MAX_NX], p[PS_MAX_PARAMS];
   const int nominal = m->plant_mode == PS_PLANT_NOMINAL;
   for (int b = 0; b < B; ++b) {
-    const float u = actuator_command(m, d, b, action[b], env_delay(m, d, b));
     load(m, d, b, x, p);
+    const float a = m->catch_level > 0 ? caught_command(m, x, action[b]) : action[b];
+    const float u = actuator_command(m, d, b, a, env_delay(m, d, b));
     double r = step_reward(m, p, x, u);
     integrate(m, p, x, nominal ? u : actuator_input(m, d, b, u));
     for (int k = 0; k < m->nx; ++k) d->x[k * B + b] = x[k];

@@ -138,6 +138,13 @@ typedef struct {
                                tip below up_height (a leaderboard's "up") */
   double up_height;         /* in units of the reach, as h */
   double w_power;           /* PS_REWARD_HEIGHT: weight of |u v| */
+  /* a linear controller that catches the plant near its goal: where the
+   * state e (angles wrapped to [-pi, pi)) has e' catch_P e < catch_level,
+   * the command is -catch_K e in place of the action (then delayed and
+   * saturated as any command); catch_level 0: never */
+  double catch_level;
+  double catch_K[PS_MAX_NX];
+  double catch_P[PS_MAX_NX * PS_MAX_NX]; /* row-major, nx by nx */
   double term_limit[PS_MAX_NX]; /* terminate when |x_k| > limit (0 = none) */
   double term_reward;       /* added to the reward of a terminating step */
   int max_steps;            /* truncate after this many steps (0 = never) */

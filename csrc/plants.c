@@ -554,10 +554,13 @@ int ps_model_check(const ps_model *m)
       m->integrator > PS_RK4 || m->delay < 0 || m->delay > PS_MAX_DELAY ||
       !(m->u_max > 0) || m->v_max < 0 || !(m->coulomb_vc >= 0) || m->max_steps < 0 ||
       m->actuated < 0 || m->actuated > 1 || !(m->w_height >= 0) || !(m->w_down >= 0) ||
-      !(m->w_power >= 0) || !isfinite(m->up_height))
+      !(m->w_power >= 0) || !isfinite(m->up_height) ||
+      !(m->catch_level >= 0 && isfinite(m->catch_level)))
     return PS_ERR_MODEL;
+  for (int k = 0; k < m->nx * m->nx; ++k)
+    if (!isfinite(m->catch_P[k])) return PS_ERR_MODEL;
   for (int k = 0; k < m->nx; ++k)
-    if (m->enc_counts[k] < 0 || m->noise_std[k] < 0 || m->x0_low[k] > m->x0_high[k])
+    if (!isfinite(m->catch_K[k]) || m->enc_counts[k] < 0 || m->noise_std[k] < 0 || m->x0_low[k] > m->x0_high[k])
       return PS_ERR_MODEL;
   if (m->plant_mode < PS_PLANT_NOMINAL || m->plant_mode > PS_PLANT_HOLD ||
       (m->plant_mode == PS_PLANT_DRAW && !ranges_valid(m)))

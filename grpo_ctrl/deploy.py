@@ -44,8 +44,8 @@ class Candidate:
 class CalmChoice:
     """The candidates of one run, offered as training goes; ``choose`` picks."""
 
-    def __init__(self, spec, episodes: int = CALM_EPISODES):
-        self.spec, self.episodes = spec, episodes
+    def __init__(self, spec, episodes: int = CALM_EPISODES, catch: float = 0.0):
+        self.spec, self.episodes, self.catch = spec, episodes, catch
         self.candidates: list[Candidate] = []
 
     def offer(self, iteration: int, policy: GaussianPolicy) -> None:
@@ -65,7 +65,7 @@ class CalmChoice:
         final = self.candidates[-1]
         chosen = None
         for c in reversed(self.candidates):
-            c.chatter, c.success = self._measure(c.policy.controller(self.spec))
+            c.chatter, c.success = self._measure(c.policy.controller(self.spec, self.catch))
             if c.success >= final.success and c.chatter <= reference:
                 chosen = c
                 break

@@ -36,6 +36,7 @@ from grpo_ctrl import runtime  # first: it sets the OpenMP environment before to
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from grpo_ctrl.baselines.lqr import catch_overrides  # noqa: E402
 from grpo_ctrl.c_gradient import CGradient, loss_steps  # noqa: E402
 from grpo_ctrl.c_gradient import squashed_entropy as c_squashed_entropy  # noqa: E402
 from grpo_ctrl.distributed import Ranks  # noqa: E402
@@ -130,14 +131,16 @@ class GroupRollout:
         self.batch_std = batch_std
         # a pool trajectory draws its plant at each reset, and its start (the preset's box, or
         # any state: cfg.starts); its branches copy it
-        box = plant_spec(system, preset).wide_box() if cfg.starts == "wide" else (None, None)
+        spec = plant_spec(system, preset)
+        box = spec.wide_box() if cfg.starts == "wide" else (None, None)
+        catch = catch_overrides(spec, cfg.catch)  # the LQR's catch in every step (cfg.catch)
         self.pool = BatchSim(system, n, preset=preset, seed=seed, randomize=randomize,
-                             x0_low=box[0], x0_high=box[1])
+                             x0_low=box[0], x0_high=box[1], **catch)
         self.group = BatchSim(system, n * g, preset=preset, seed=seed + 10_000,
-                              randomize=randomize)
+                              randomize=randomize, **catch)
         # the branches' states at step loss_steps, which the trajectories continue from
         self.snapshot = BatchSim(system, n * g, preset=preset, seed=seed + 20_000,
-                                 randomize=randomize)
+                                 randomize=randomize, **catch)
         self.spec = self.pool.spec
         self.rng = np.random.default_rng(seed)
         self.sim_steps = 0
@@ -719,6 +722,6 @@ class Trainer:
         """(mean return, success rate) of the deterministic policy, on plants
         drawn as in training."""
         from grpo_ctrl.closed_loop import evaluate
-        ep = evaluate(self.policy.controller(self.spec), self.cfg.eval_episodes, self.eval_seed,
-                      randomize=self.randomize)
+        ep = evaluate(self.policy.controller(self.spec, self.cfg.catch), self.cfg.eval_episodes,
+                      self.eval_seed, randomize=self.randomize)
         return float(ep.returns.mean()), float(ep.success.mean())

@@ -143,6 +143,11 @@ class GRPOConfig:
                                   low=-20.0, high=5.0)
     log_std_min: float = _policy(-2.5, "noise floor: log std is clamped at or above this",
                                  low=-20.0, high=5.0)
+    catch: float = _policy(0.0, "the LQR about upright takes over inside x'Px < catch, P "
+                           "its cost-to-go (grpo_ctrl/baselines/lqr.py, LQRCatch), in "
+                           "training's simulator and in the deployed controller; the policy "
+                           "learns to bring the plant there (0 = never; 100: the acrobot's "
+                           "balance, docs/double_pendulum.md)", low=0.0, high=1e12)
     # run
     seed: int = _run(0, "seeds the simulator and torch", low=0, high=MAX_SEED)
     time_budget: float = _run(30.0, "seconds of training wall time (0 = no limit)", low=0.0,

@@ -286,8 +286,15 @@ class GaussianPolicy(nn.Module):
         p.refresh_norm()
         return p
 
-    def controller(self, spec) -> "PolicyController":
-        return PolicyController(self, spec)
+    def controller(self, spec, catch: float = 0.0, source_info: dict | None = None) -> nn.Module:
+        """The deterministic controller of this policy (``PolicyController``), which the
+        LQR about upright catches inside x'Px < ``catch`` where catch > 0 (the run's
+        ``GRPOConfig.catch``: it trained with that catch in its simulator)."""
+        controller = PolicyController(self, spec, source_info)
+        if catch > 0:
+            from grpo_ctrl.baselines.lqr import LQRCatch, design
+            return LQRCatch(controller, spec, design(spec.system, spec.preset), catch)
+        return controller
 
 
 class PolicyController(nn.Module):
@@ -355,7 +362,7 @@ def load_policy(path: Path, which: str = DEPLOYED) -> tuple[GaussianPolicy, dict
                         "retrain or point at another checkpoint") from None
 
 
-def load_policy_controller(path, which: str = DEPLOYED) -> PolicyController:
+def load_policy_controller(path, which: str = DEPLOYED) -> nn.Module:
     """The deterministic controller of a run folder (its deployed checkpoint by
     default) or of a checkpoint file, per grpo_ctrl.controller's contract.
     ``.source_info`` = {run, checkpoint, sha256} of what it was loaded from."""
@@ -372,4 +379,4 @@ def load_policy_controller(path, which: str = DEPLOYED) -> PolicyController:
     run = run_of(path, ck_path)
     info = {"run": str(run) if run is not None else "", "checkpoint": str(ck_path),
             "sha256": digest, "randomize": json.dumps(ck.get("randomize", {}))}
-    return PolicyController(policy, spec, info)
+    return policy.controller(spec, float(ck.get("config", {}).get("catch", 0.0)), info)

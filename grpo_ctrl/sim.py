@@ -32,8 +32,9 @@ INTEGRATORS = {"euler": lib.PS_EULER, "semi_euler": lib.PS_SEMI_EULER, "rk4": li
 _SCALAR_FIELDS = {"dt": float, "substeps": int, "u_max": float, "v_max": float,
                   "delay": int, "max_steps": int, "term_reward": float, "w_u": float,
                   "coulomb_vc": float, "w_height": float, "w_down": float,
-                  "up_height": float, "w_power": float}
-_VECTOR_FIELDS = ("noise_std", "enc_counts", "w_x", "term_limit", "x0_low", "x0_high")
+                  "up_height": float, "w_power": float, "catch_level": float}
+_VECTOR_FIELDS = ("noise_std", "enc_counts", "w_x", "term_limit", "x0_low", "x0_high",
+                  "catch_K")
 
 _ERRORS = {
     lib.PS_ERR_NONFINITE: ("an action is NaN or infinite (or too large for float32); "
@@ -161,12 +162,19 @@ class BatchSim:
                                      f"component), got {value!r}")
                 for k in range(m.nx):
                     getattr(m, name)[k] = v[k]
+            elif name == "catch_P":
+                v = np.asarray(value, dtype=float)
+                if v.shape != (m.nx, m.nx) or not np.all(np.isfinite(v)):
+                    raise ValueError(f"catch_P must be a finite {m.nx} x {m.nx} matrix, "
+                                     f"got {value!r}")
+                for k, w in enumerate(v.ravel()):
+                    m.catch_P[k] = w
             elif name in ("param", "params"):
                 raise ValueError("set per-environment parameters with set_param() after "
                                  "construction")
             else:
                 raise ValueError(f"unknown model field {name!r}; known: "
-                                 f"{['integrator', *_SCALAR_FIELDS, *_VECTOR_FIELDS]}")
+                                 f"{['integrator', *_SCALAR_FIELDS, *_VECTOR_FIELDS, 'catch_P']}")
         if lib.ps_model_check(m) != lib.PS_OK:
             raise ValueError(f"model overrides {model} put a field out of range (dt > 0, "
                              f"substeps >= 1, 0 <= delay <= {MAX_DELAY}, u_max > 0, "

@@ -297,7 +297,7 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
     bar = train_log.Progress(not quiet, budget, cfg.iterations,
                              tensorboard if ranks.is_main else None)
     last_eval = None
-    calm = CalmChoice(trainer.spec) if cfg.deploy == "calm" and folder is not None else None
+    calm = CalmChoice(trainer.spec, catch=cfg.catch) if cfg.deploy == "calm" and folder is not None else None
 
     def more(clock: float) -> bool:  # time left and no stop asked, by this process
         return clock - start_wall < budget and not (stop is not None and stop())

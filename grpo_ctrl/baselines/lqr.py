@@ -140,3 +140,56 @@ class LQRController(nn.Module):
 def make_lqr(system: str, preset: str | None = None) -> LQRController:
     spec = plant_spec(system, preset)
     return LQRController(spec, design(system, spec.preset))
+
+
+def region_matrix(spec: PlantSpec, lqr: LQRDesign) -> np.ndarray:
+    """The cost-to-go P whose level sets x'Px < c are the LQR's region, with the rows and
+    columns of the cyclic components zeroed: a cart's position and an arm's angle do not
+    enter the dynamics, so the region leaves them out (the LQR brings them back once it
+    holds the pendulum)."""
+    keep = np.ones(spec.nx)
+    keep[list(spec.cyclic)] = 0.0
+    return np.asarray(lqr.P) * keep[:, None] * keep[None, :]
+
+
+class LQRCatch(nn.Module):
+    """A controller that the LQR about upright catches: u = clip(-K x) inside the region
+    x'Px < level of its cost-to-go (``region_matrix``), the inner controller's command
+    outside. A region test, not a memory, as ``SwingUpLQR``'s: stateless, so its ONNX and
+    C exports compute the function of this module.
+
+    ``GRPOConfig.catch`` trains a policy with the same catch in the simulator's step
+    (``catch_overrides``), so that the policy learns to bring the plant into the region
+    rather than to balance it (the acrobot: docs/double_pendulum.md)."""
+
+    def __init__(self, inner: nn.Module, spec: PlantSpec, lqr: LQRDesign, level: float):
+        super().__init__()
+        if not level > 0:
+            raise ValueError(f"the catch's level must be > 0, got {level!r}")
+        self.inner, self.spec, self.lqr, self.level = inner, spec, lqr, float(level)
+        self.source_info = dict(getattr(inner, "source_info", {}))
+        self.register_buffer("gain", torch.tensor(lqr.K, dtype=torch.float32))
+        self.register_buffer("cost_to_go", torch.tensor(region_matrix(spec, lqr),
+                                                        dtype=torch.float32))
+
+    def in_region(self, obs: torch.Tensor) -> torch.Tensor:
+        """(N, 1) bool: whether the LQR acts on observations obs (N, nobs)."""
+        x = obs_to_state(self.spec, obs)
+        return portable.quadratic_form(x, self.cost_to_go) < self.level
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs_to_state(self.spec, obs)
+        inside = portable.quadratic_form(x, self.cost_to_go) < self.level
+        u = torch.where(inside, -portable.dot(x, self.gain[0]), self.inner(obs))
+        return torch.clamp(u, -self.spec.u_max, self.spec.u_max)
+
+
+def catch_overrides(spec: PlantSpec, level: float) -> dict:
+    """``BatchSim`` model overrides that put ``LQRCatch``'s LQR into the simulator's step:
+    inside x'Px < level the plant receives -K x, whatever the action (csrc/pendsim.h,
+    ``catch_level``). Empty for level 0 (no catch)."""
+    if level == 0:
+        return {}
+    lqr = design(spec.system, spec.preset)
+    return {"catch_level": float(level), "catch_K": np.asarray(lqr.K, dtype=float).reshape(-1),
+            "catch_P": region_matrix(spec, lqr)}

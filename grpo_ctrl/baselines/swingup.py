@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from grpo_ctrl.baselines import portable
-from grpo_ctrl.baselines.lqr import LQRDesign, design, obs_to_state
+from grpo_ctrl.baselines.lqr import LQRDesign, design, obs_to_state, region_matrix
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.plant import PlantSpec
 from grpo_ctrl.presets import SWINGUP
@@ -66,10 +66,8 @@ class SwingUpLQR(nn.Module, abc.ABC):
         self.spec, self.lqr, self.tuning = spec, lqr, tuning
         self.p = params
         self.register_buffer("gain", torch.tensor(lqr.K, dtype=torch.float32))
-        self.register_buffer("cost_to_go", torch.tensor(lqr.P, dtype=torch.float32))
-        keep = torch.ones(1, spec.nx)
-        keep[0, list(spec.cyclic)] = 0.0  # the cart's position, the arm's angle
-        self.register_buffer("catch_coords", keep)
+        self.register_buffer("cost_to_go", torch.tensor(region_matrix(spec, lqr),
+                                                        dtype=torch.float32))
 
     @abc.abstractmethod
     def pump(self, x: torch.Tensor, c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
@@ -78,8 +76,7 @@ class SwingUpLQR(nn.Module, abc.ABC):
 
     def in_lqr_region(self, x: torch.Tensor) -> torch.Tensor:
         """(N, 1) bool: whether states x (N, nx) are in the LQR's region."""
-        xc = x * self.catch_coords
-        return portable.quadratic_form(xc, self.cost_to_go) < self.tuning.region_level
+        return portable.quadratic_form(x, self.cost_to_go) < self.tuning.region_level
 
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         """(N, 1) bool: whether the LQR acts on observations obs (N, nobs)."""

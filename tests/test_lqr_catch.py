@@ -1,0 +1,156 @@
+"""The LQR's catch (``GRPOConfig.catch``): the same switch in the simulator's step
+(csrc/pendsim.c, ``catch_level``), where training meets it, and in the deployed
+controller (``baselines.lqr.LQRCatch``), which the exports carry."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from grpo_ctrl.baselines.lqr import LQRCatch, catch_overrides, design, region_matrix
+from grpo_ctrl.cli import main
+from grpo_ctrl.controller import act
+from grpo_ctrl.export.onnx_export import export_onnx
+from grpo_ctrl.plant import plant_spec
+from grpo_ctrl.policy import GaussianPolicy, load_policy_controller
+from grpo_ctrl.sim import BatchSim
+
+
+class Constant(torch.nn.Module):
+    """A controller that commands u everywhere (the catch's "outside")."""
+
+    def __init__(self, spec, u: float):
+        super().__init__()
+        self.spec, self.u = spec, u
+
+    def forward(self, obs):
+        return torch.full((obs.shape[0], 1), self.u)
+
+
+def wrapped(x):
+    return (x + np.pi) % (2 * np.pi) - np.pi
+
+
+def around_the_region(P, level, n, seed):
+    """n states x whose x'Px spreads evenly over 0 to 4 level: half inside the region."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(n, len(P)))
+    z *= (np.sqrt(rng.uniform(0, 4, n) * level) / np.linalg.norm(z, axis=1))[:, None]
+    return np.linalg.solve(np.linalg.cholesky(P).T, z.T).T  # P = C C', x = C'^-1 z
+
+
+def observations(preset, x):
+    """The simulator's float32 observations of states x (N, 4)."""
+    sim = BatchSim("double_pendulum", len(x), preset)
+    sim.reset()
+    sim.set_state({"x": x})
+    return sim.observe().copy()
+
+
+@pytest.mark.parametrize("preset", ["acrobot", "pendubot"])
+def test_the_step_applies_the_lqr_inside_the_region_and_the_action_outside(preset):
+    """Inside x'Px < level the plant receives clip(-K x) whatever the action, outside the
+    action: checked against a simulator without the catch that is given those commands."""
+    spec = plant_spec("double_pendulum", preset)
+    lqr = design("double_pendulum", preset)
+    K, P, level = lqr.K.reshape(-1), lqr.P, 100.0
+    x = around_the_region(P, level, 4000, 1)
+    x[:, 0] += 2 * np.pi * np.random.default_rng(2).integers(-2, 3, len(x))  # whole turns off
+    caught = BatchSim("double_pendulum", len(x), preset, **catch_overrides(spec, level))
+    free = BatchSim("double_pendulum", len(x), preset)
+    action = np.random.default_rng(3).uniform(-6, 6, len(x)).astype(np.float32)
+    for sim in (caught, free):
+        sim.reset()
+        sim.set_state({"x": x})
+    e = np.concatenate([wrapped(x[:, :2]), x[:, 2:]], axis=1)
+    inside = np.einsum("bi,ij,bj->b", e, P, e) < level
+    assert 0.2 < inside.mean() < 0.3  # both sides tested
+    command = np.where(inside, np.clip(-e @ K, -6, 6).astype(np.float32), action)
+    _, r_caught, *_ = caught.step(action)
+    _, r_free, *_ = free.step(command)
+    np.testing.assert_array_equal(caught.get_state()["x"], free.get_state()["x"])
+    np.testing.assert_array_equal(r_caught, r_free)  # the reward charges the applied torque
+
+
+def test_a_level_of_zero_is_no_catch_and_bad_fields_are_refused():
+    spec = plant_spec("double_pendulum", "acrobot")
+    assert catch_overrides(spec, 0.0) == {}
+    overrides = catch_overrides(spec, 100.0)
+    for bad in ({"catch_level": -1.0}, {"catch_level": float("nan")},
+                {"catch_P": np.full((4, 4), np.inf)}, {"catch_P": np.eye(3)},
+                {"catch_K": [1.0, 2.0]}):
+        with pytest.raises(ValueError):
+            BatchSim("double_pendulum", 1, "acrobot", **{**overrides, **bad})
+
+
+def test_the_region_leaves_out_the_cyclic_components():
+    """The cart's position does not enter the region (as the swing-up's switch)."""
+    spec = plant_spec("cartpole", "swingup")
+    P = region_matrix(spec, design("cartpole", "swingup"))
+    assert np.all(P[0] == 0) and np.all(P[:, 0] == 0) and np.all(np.linalg.eigvalsh(P[1:, 1:]) > 0)
+
+
+def test_the_controller_is_the_lqr_inside_the_region_and_the_inner_one_outside():
+    spec = plant_spec("double_pendulum", "acrobot")
+    lqr = design("double_pendulum", "acrobot")
+    ctrl = LQRCatch(Constant(spec, 1.5), spec, lqr, 100.0)
+    x = around_the_region(lqr.P, 100.0, 2000, 4)
+    obs = observations("acrobot", x)
+    u = act(ctrl, obs)
+    e = np.einsum("bi,ij,bj->b", x, lqr.P, x)
+    inside = ctrl.in_region(torch.as_tensor(obs)).numpy()[:, 0]
+    clear = np.abs(e - 100.0) > 1e-3 * 100.0  # away from the boundary's float32 rounding
+    np.testing.assert_array_equal(inside[clear], (e < 100.0)[clear])
+    lqr_u = np.clip(-x @ lqr.K.reshape(-1), -6, 6)
+    np.testing.assert_allclose(u[inside], lqr_u[inside], rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(u[~inside], 1.5)
+
+
+def test_the_controller_and_the_simulators_catch_fly_the_same_episode():
+    """From states inside the region, the deployed controller (the LQR on the float32
+    observation, an inner command of 0 outside) and the simulator's catch (the LQR on the
+    float64 state, the action 0) fly 2 s to the same state, upright."""
+    spec = plant_spec("double_pendulum", "acrobot")
+    ctrl = LQRCatch(Constant(spec, 0.0), spec, design("double_pendulum", "acrobot"), 100.0)
+    x = around_the_region(ctrl.lqr.P, 100.0 / 8, 64, 5)  # x'Px < 50
+    caught = BatchSim("double_pendulum", len(x), "acrobot", **catch_overrides(spec, 100.0))
+    plain = BatchSim("double_pendulum", len(x), "acrobot")
+    for sim in (caught, plain):
+        sim.reset()
+        sim.set_state({"x": x})
+    obs, zero = plain.observe().copy(), np.zeros(len(x), np.float32)
+    for _ in range(1000):
+        caught.step(zero)
+        obs, *_ = plain.step(act(ctrl, obs))
+    a, b = caught.get_state()["x"], plain.get_state()["x"]
+    assert np.max(np.abs(a - b)) < 1e-3
+    assert np.max(np.abs(wrapped(a[:, :2]))) < 0.05 and np.max(np.abs(a[:, 2:])) < 1.0
+
+
+def test_export_carries_the_catch(tmp_path):
+    """The caught policy's ONNX graph computes the torch module's commands on observations
+    on both sides of the region."""
+    spec = plant_spec("double_pendulum", "acrobot")
+    torch.manual_seed(0)
+    policy = GaussianPolicy(spec.nobs, spec.u_max, 32, 2, "relu", features=16)
+    ctrl = policy.controller(spec, catch=100.0)
+    assert isinstance(ctrl, LQRCatch)
+    _, result = export_onnx(ctrl, tmp_path / "c.onnx", source="test")
+    assert result.ok, result.summary()
+    obs = observations("acrobot", around_the_region(ctrl.lqr.P, 100.0, 5000, 6))
+    inside = ctrl.in_region(torch.as_tensor(obs)).numpy()[:, 0]
+    assert 0.2 < inside.mean() < 0.3
+    got = ort.InferenceSession(str(tmp_path / "c.onnx")).run(None, {"obs": obs})[0][:, 0]
+    np.testing.assert_allclose(got, act(ctrl, obs), atol=1e-5)
+
+
+def test_a_run_trained_with_the_catch_deploys_it(tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", "--system", "double_pendulum", "--preset", "acrobot", "--catch", "100",
+                 "--iterations", "2", "--time-budget", "0", "--overlap", "false",
+                 "--num-starts", "4", "--group-size", "2", "--eval-episodes", "1",
+                 "--out", str(out)]) == 0
+    ctrl = load_policy_controller(out)
+    assert isinstance(ctrl, LQRCatch) and ctrl.level == 100.0
+    assert ctrl.source_info["checkpoint"].endswith("deployed.pt")
