@@ -545,21 +545,26 @@ static void dynamics_pendulum_gym(const ps_model *m, ps_data *d, const float *ac
 }
 
 /* The command environment b's plant receives in state x for the action a:
- * the catch's -K e inside its region (ps_model), else a. */
+ * the catch's LQR command clip(-K e) where v = e'Pe is below catch_level,
+ * the action where v is above twice it, and between the two a blend that
+ * moves linearly with v, so that the handover does not jump (ps_model). */
 static float caught_command(const ps_model *m, const double *x, float a)
 {
   const int nx = m->nx;
-  double e[PS_MAX_NX], level = 0.0, u = 0.0;
+  double e[PS_MAX_NX], v = 0.0, u = 0.0;
   for (int k = 0; k < nx; ++k)
     e[k] = plant_is_angle(m->system, k) ? angle_normalize(x[k]) : x[k];
   for (int i = 0; i < nx; ++i) {
     double row = 0.0;
     for (int k = 0; k < nx; ++k) row += m->catch_P[i * nx + k] * e[k];
-    level += e[i] * row;
+    v += e[i] * row;
     u -= m->catch_K[i] * e[i];
   }
-  if (!(level < m->catch_level)) return a;
-  return (float)(u > m->u_max ? m->u_max : (u < -m->u_max ? -m->u_max : u));
+  const double share = 2.0 - v / m->catch_level; /* the LQR's: 1 inside, 0 outside */
+  if (!(share > 0.0)) return a;
+  u = u > m->u_max ? m->u_max : (u < -m->u_max ? -m->u_max : u);
+  if (share >= 1.0) return (float)u;
+  return (float)(share * u + (1.0 - share) * (double)a);
 }
 
 static void dynamics_generic(const ps_model *m, ps_data *d, const float *action,

@@ -139,9 +139,10 @@ typedef struct {
   double up_height;         /* in units of the reach, as h */
   double w_power;           /* PS_REWARD_HEIGHT: weight of |u v| */
   /* a linear controller that catches the plant near its goal: where the
-   * state e (angles wrapped to [-pi, pi)) has e' catch_P e < catch_level,
-   * the command is -catch_K e in place of the action (then delayed and
-   * saturated as any command); catch_level 0: never */
+   * state e (angles wrapped to [-pi, pi)) has v = e' catch_P e below
+   * catch_level, the command is clip(-catch_K e) in place of the action;
+   * above twice catch_level the action; between, a linear blend in v. Then
+   * delayed and saturated as any command. catch_level 0: never */
   double catch_level;
   double catch_K[PS_MAX_NX];
   double catch_P[PS_MAX_NX * PS_MAX_NX]; /* row-major, nx by nx */

@@ -153,10 +153,13 @@ def region_matrix(spec: PlantSpec, lqr: LQRDesign) -> np.ndarray:
 
 
 class LQRCatch(nn.Module):
-    """A controller that the LQR about upright catches: u = clip(-K x) inside the region
-    x'Px < level of its cost-to-go (``region_matrix``), the inner controller's command
-    outside. A region test, not a memory, as ``SwingUpLQR``'s: stateless, so its ONNX and
-    C exports compute the function of this module.
+    """A controller that the LQR about upright catches: with v = x'Px on the LQR's cost-to-go
+    (``region_matrix``), the command is the LQR's clip(-K x) where v < level, the inner
+    controller's where v > 2 level, and between the two a blend whose LQR share falls
+    linearly from 1 to 0: the handover moves the command continuously (a jump of the
+    torque at the switch alone costs RealAIGym's smoothness criterion as much as a whole
+    swing-up). A function of the observation, as ``SwingUpLQR``'s switch: stateless, so
+    its ONNX and C exports compute the function of this module.
 
     ``GRPOConfig.catch`` trains a policy with the same catch in the simulator's step
     (``catch_overrides``), so that the policy learns to bring the plant into the region
@@ -172,22 +175,25 @@ class LQRCatch(nn.Module):
         self.register_buffer("cost_to_go", torch.tensor(region_matrix(spec, lqr),
                                                         dtype=torch.float32))
 
-    def in_region(self, obs: torch.Tensor) -> torch.Tensor:
-        """(N, 1) bool: whether the LQR acts on observations obs (N, nobs)."""
+    def lqr_share(self, obs: torch.Tensor) -> torch.Tensor:
+        """(N, 1): the LQR's share of the command for observations obs (N, nobs)."""
         x = obs_to_state(self.spec, obs)
-        return portable.quadratic_form(x, self.cost_to_go) < self.level
+        return torch.clamp(2.0 - portable.quadratic_form(x, self.cost_to_go) / self.level,
+                           0.0, 1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs_to_state(self.spec, obs)
-        inside = portable.quadratic_form(x, self.cost_to_go) < self.level
-        u = torch.where(inside, -portable.dot(x, self.gain[0]), self.inner(obs))
-        return torch.clamp(u, -self.spec.u_max, self.spec.u_max)
+        share = torch.clamp(2.0 - portable.quadratic_form(x, self.cost_to_go) / self.level,
+                            0.0, 1.0)
+        u_max = self.spec.u_max
+        lqr = torch.clamp(-portable.dot(x, self.gain[0]), -u_max, u_max)
+        return torch.clamp(share * lqr + (1.0 - share) * self.inner(obs), -u_max, u_max)
 
 
 def catch_overrides(spec: PlantSpec, level: float) -> dict:
-    """``BatchSim`` model overrides that put ``LQRCatch``'s LQR into the simulator's step:
-    inside x'Px < level the plant receives -K x, whatever the action (csrc/pendsim.h,
-    ``catch_level``). Empty for level 0 (no catch)."""
+    """``BatchSim`` model overrides that put ``LQRCatch``'s switch into the simulator's step
+    (csrc/pendsim.h, ``catch_level``): where x'Px < level the plant receives clip(-K x)
+    whatever the action, blended into the action up to 2 level. Empty for level 0."""
     if level == 0:
         return {}
     lqr = design(spec.system, spec.preset)
