@@ -722,6 +722,8 @@ class Trainer:
         """(mean return, success rate) of the deterministic policy, on plants
         drawn as in training."""
         from grpo_ctrl.closed_loop import evaluate
-        ep = evaluate(self.policy.controller(self.spec, self.cfg.catch), self.cfg.eval_episodes,
-                      self.eval_seed, randomize=self.randomize)
+        # the catch (cfg.catch) in the simulator's step, as in training: the deployed
+        # LQRCatch's function of the state, without its many small torch operations a step
+        ep = evaluate(self.policy.controller(self.spec), self.cfg.eval_episodes, self.eval_seed,
+                      randomize=self.randomize, **catch_overrides(self.spec, self.cfg.catch))
         return float(ep.returns.mean()), float(ep.success.mean())
