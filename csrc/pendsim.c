@@ -546,8 +546,9 @@ static void dynamics_pendulum_gym(const ps_model *m, ps_data *d, const float *ac
 
 /* The command environment b's plant receives in state x for the action a:
  * the catch's LQR command clip(-K e) where v = e'Pe is below catch_level,
- * the action where v is above twice it, and between the two a blend that
- * moves linearly with v, so that the handover does not jump (ps_model). */
+ * the action where v is above PS_CATCH_BAND^2 times it, and between the two a
+ * blend, the LQR's share falling linearly in sqrt(v) (a distance), so that
+ * the handover does not jump (ps_model). */
 static float caught_command(const ps_model *m, const double *x, float a)
 {
   const int nx = m->nx;
@@ -560,7 +561,8 @@ static float caught_command(const ps_model *m, const double *x, float a)
     v += e[i] * row;
     u -= m->catch_K[i] * e[i];
   }
-  const double share = 2.0 - v / m->catch_level; /* the LQR's: 1 inside, 0 outside */
+  const double r = v > 0 ? sqrt(v / m->catch_level) : 0.0;
+  const double share = (PS_CATCH_BAND - r) / (PS_CATCH_BAND - 1.0); /* the LQR's: 1 inside */
   if (!(share > 0.0)) return a;
   u = u > m->u_max ? m->u_max : (u < -m->u_max ? -m->u_max : u);
   if (share >= 1.0) return (float)u;

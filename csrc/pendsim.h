@@ -23,6 +23,7 @@
 #define PS_MAX_NOBS 6     /* largest observation dimension */
 #define PS_MAX_PARAMS 16  /* largest per-environment parameter vector */
 #define PS_MAX_DELAY 32   /* longest actuation delay, in control steps */
+#define PS_CATCH_BAND 3   /* the catch's blend: sqrt(v / catch_level) from 1 to this */
 
 /* Plants. */
 enum { PS_PENDULUM = 0, PS_CARTPOLE = 1, PS_FURUTA = 2, PS_DOUBLE_PENDULUM = 3,
@@ -141,8 +142,8 @@ typedef struct {
   /* a linear controller that catches the plant near its goal: where the
    * state e (angles wrapped to [-pi, pi)) has v = e' catch_P e below
    * catch_level, the command is clip(-catch_K e) in place of the action;
-   * above twice catch_level the action; between, a linear blend in v. Then
-   * delayed and saturated as any command. catch_level 0: never */
+   * above PS_CATCH_BAND^2 catch_level the action; between, a blend linear in
+   * sqrt(v). Then delayed and saturated as any command. 0: never */
   double catch_level;
   double catch_K[PS_MAX_NX];
   double catch_P[PS_MAX_NX * PS_MAX_NX]; /* row-major, nx by nx */

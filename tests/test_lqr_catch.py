@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from grpo_ctrl.baselines.lqr import LQRCatch, catch_overrides, design, region_matrix
+from grpo_ctrl.baselines.lqr import CATCH_BAND, LQRCatch, catch_overrides, design, region_matrix
 from grpo_ctrl.cli import main
 from grpo_ctrl.controller import act
 from grpo_ctrl.export.onnx_export import export_onnx
@@ -33,10 +33,11 @@ def wrapped(x):
 
 
 def around_the_region(P, level, n, seed):
-    """n states x whose x'Px spreads evenly over 0 to 4 level: half inside the region."""
+    """n states x whose sqrt(x'Px / level) spreads evenly over 0 to 4: a quarter inside the
+    region, half in its blend (1 to CATCH_BAND = 3), a quarter outside."""
     rng = np.random.default_rng(seed)
     z = rng.normal(size=(n, len(P)))
-    z *= (np.sqrt(rng.uniform(0, 4, n) * level) / np.linalg.norm(z, axis=1))[:, None]
+    z *= (np.sqrt(level) * rng.uniform(0, 4, n) / np.linalg.norm(z, axis=1))[:, None]
     return np.linalg.solve(np.linalg.cholesky(P).T, z.T).T  # P = C C', x = C'^-1 z
 
 
@@ -49,14 +50,17 @@ def observations(preset, x):
 
 
 def lqr_share(x, P, level):
-    """The LQR's share of the command at states x: 1 below level, 0 above 2 level."""
+    """The LQR's share of the command at states x: 1 below level, 0 above 9 level, linear
+    in sqrt(x'Px) between."""
     e = np.concatenate([wrapped(x[:, :2]), x[:, 2:]], axis=1)
-    return np.clip(2.0 - np.einsum("bi,ij,bj->b", e, P, e) / level, 0.0, 1.0), e
+    r = np.sqrt(np.einsum("bi,ij,bj->b", e, P, e) / level)
+    assert CATCH_BAND == 3
+    return np.clip((3 - r) / 2, 0.0, 1.0), e
 
 
 @pytest.mark.parametrize("preset", ["acrobot", "pendubot"])
 def test_the_step_applies_the_lqr_inside_the_region_and_the_action_outside(preset):
-    """Below x'Px = level the plant receives clip(-K x) whatever the action, above 2 level
+    """Below x'Px = level the plant receives clip(-K x) whatever the action, above 9 level
     the action, between the two their blend: checked against a simulator without the catch
     that is given those commands."""
     spec = plant_spec("double_pendulum", preset)
@@ -119,7 +123,7 @@ def test_the_controller_and_the_simulators_catch_fly_the_same_episode():
     float64 state, the action 0) fly 2 s to the same state, upright."""
     spec = plant_spec("double_pendulum", "acrobot")
     ctrl = LQRCatch(Constant(spec, 0.0), spec, design("double_pendulum", "acrobot"), 100.0)
-    x = around_the_region(ctrl.lqr.P, 100.0 / 8, 64, 5)  # x'Px < 50
+    x = around_the_region(ctrl.lqr.P, 100.0 / 16, 64, 5)  # x'Px < 100
     caught = BatchSim("double_pendulum", len(x), "acrobot", **catch_overrides(spec, 100.0))
     plain = BatchSim("double_pendulum", len(x), "acrobot")
     for sim in (caught, plain):

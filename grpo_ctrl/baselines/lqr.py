@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from grpo_ctrl._pendsim import lib
 from grpo_ctrl.baselines import portable
 from grpo_ctrl.baselines.linearize import discrete_by_simulation, equilibrium
 from grpo_ctrl.plant import PlantSpec, plant_spec
@@ -152,13 +153,18 @@ def region_matrix(spec: PlantSpec, lqr: LQRDesign) -> np.ndarray:
     return np.asarray(lqr.P) * keep[:, None] * keep[None, :]
 
 
+# the catch's blend: the LQR's share falls from 1 to 0 as sqrt(x'Px / level) goes from 1 to
+# this (csrc/pendsim.h)
+CATCH_BAND = float(lib.PS_CATCH_BAND)
+
+
 class LQRCatch(nn.Module):
     """A controller that the LQR about upright catches: with v = x'Px on the LQR's cost-to-go
     (``region_matrix``), the command is the LQR's clip(-K x) where v < level, the inner
-    controller's where v > 2 level, and between the two a blend whose LQR share falls
-    linearly from 1 to 0: the handover moves the command continuously (a jump of the
-    torque at the switch alone costs RealAIGym's smoothness criterion as much as a whole
-    swing-up). A function of the observation, as ``SwingUpLQR``'s switch: stateless, so
+    controller's where v > CATCH_BAND^2 level, and between the two a blend whose LQR share
+    falls linearly in sqrt(v) from 1 to 0: the handover moves the command continuously (a
+    jump of the torque at the switch alone costs RealAIGym's smoothness criterion as much as
+    a whole swing-up; a band of v from level to 2 level, crossed in 11 steps, most of it). A function of the observation, as ``SwingUpLQR``'s switch: stateless, so
     its ONNX and C exports compute the function of this module.
 
     ``GRPOConfig.catch`` trains a policy with the same catch in the simulator's step
@@ -175,16 +181,19 @@ class LQRCatch(nn.Module):
         self.register_buffer("cost_to_go", torch.tensor(region_matrix(spec, lqr),
                                                         dtype=torch.float32))
 
+    def share(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, 1): the LQR's share of the command at states x (N, nx)."""
+        v = torch.clamp(portable.quadratic_form(x, self.cost_to_go), min=0.0)
+        return torch.clamp((CATCH_BAND - torch.sqrt(v / self.level)) / (CATCH_BAND - 1.0),
+                           0.0, 1.0)
+
     def lqr_share(self, obs: torch.Tensor) -> torch.Tensor:
         """(N, 1): the LQR's share of the command for observations obs (N, nobs)."""
-        x = obs_to_state(self.spec, obs)
-        return torch.clamp(2.0 - portable.quadratic_form(x, self.cost_to_go) / self.level,
-                           0.0, 1.0)
+        return self.share(obs_to_state(self.spec, obs))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs_to_state(self.spec, obs)
-        share = torch.clamp(2.0 - portable.quadratic_form(x, self.cost_to_go) / self.level,
-                            0.0, 1.0)
+        share = self.share(x)
         u_max = self.spec.u_max
         lqr = torch.clamp(-portable.dot(x, self.gain[0]), -u_max, u_max)
         return torch.clamp(share * lqr + (1.0 - share) * self.inner(obs), -u_max, u_max)
@@ -193,7 +202,7 @@ class LQRCatch(nn.Module):
 def catch_overrides(spec: PlantSpec, level: float) -> dict:
     """``BatchSim`` model overrides that put ``LQRCatch``'s switch into the simulator's step
     (csrc/pendsim.h, ``catch_level``): where x'Px < level the plant receives clip(-K x)
-    whatever the action, blended into the action up to 2 level. Empty for level 0."""
+    whatever the action, blended into the action up to CATCH_BAND^2 level. Empty for level 0."""
     if level == 0:
         return {}
     lqr = design(spec.system, spec.preset)
