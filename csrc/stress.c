@@ -105,7 +105,15 @@ int main(void)
       ps_model m;
       if (ps_model_init(&m, s, preset) != PS_OK) return fail("model_init", system, preset);
       m.delay = 3;
-      if (p % 2) draw_plants(&m);
+      if (p % 2) {
+        draw_plants(&m);
+        /* a catch over much of the state space: its LQR, its blend and the action all act */
+        m.catch_level = 4.0;
+        for (int k = 0; k < m.nx; ++k) {
+          m.catch_K[k] = 1.0 + k;
+          m.catch_P[k * m.nx + k] = 1.0;
+        }
+      }
       for (int k = 0; k < m.nx; ++k) {
         m.noise_std[k] = 0.01;
         if (k == 0) m.enc_counts[k] = 1024;

@@ -11,6 +11,8 @@ import torch
 from grpo_ctrl.baselines.lqr import CATCH_BAND, LQRCatch, catch_overrides, design, region_matrix
 from grpo_ctrl.cli import main
 from grpo_ctrl.controller import act
+from grpo_ctrl.export.c_build import CPolicy, compile_shared, host_cc
+from grpo_ctrl.export.c_codegen import write_c
 from grpo_ctrl.export.onnx_export import export_onnx
 from grpo_ctrl.plant import plant_spec
 from grpo_ctrl.policy import GaussianPolicy, load_policy_controller
@@ -139,20 +141,26 @@ def test_the_controller_and_the_simulators_catch_fly_the_same_episode():
 
 
 def test_export_carries_the_catch(tmp_path):
-    """The caught policy's ONNX graph computes the torch module's commands on observations
-    inside the region, in its blend and outside."""
+    """The caught policy's ONNX graph and its C computes the torch module's commands on
+    observations inside the region, in its blend and outside."""
     spec = plant_spec("double_pendulum", "acrobot")
     torch.manual_seed(0)
     policy = GaussianPolicy(spec.nobs, spec.u_max, 32, 2, "relu", features=16)
     ctrl = policy.controller(spec, catch=100.0)
     assert isinstance(ctrl, LQRCatch)
-    _, result = export_onnx(ctrl, tmp_path / "c.onnx", source="test")
+    model, result = export_onnx(ctrl, tmp_path / "c.onnx", source="test")
     assert result.ok, result.summary()
     obs = observations("acrobot", around_the_region(ctrl.lqr.P, 100.0, 5000, 6))
     share = ctrl.lqr_share(torch.as_tensor(obs)).numpy()[:, 0]
     assert np.mean(share == 1) > 0.2 and np.mean((share > 0) & (share < 1)) > 0.2
     got = ort.InferenceSession(str(tmp_path / "c.onnx")).run(None, {"obs": obs})[0][:, 0]
     np.testing.assert_allclose(got, act(ctrl, obs), atol=1e-5)
+    if host_cc() is None:
+        pytest.skip("no C compiler on this host (apt-get install gcc): the C export unchecked")
+    write_c(model, tmp_path / "c")
+    c = CPolicy(compile_shared(tmp_path / "c" / "policy.c", tmp_path / "c" / "libpolicy.so"),
+                spec.nobs).batch(obs)
+    np.testing.assert_allclose(c, got, atol=1e-5)
 
 
 def test_a_run_trained_with_the_catch_deploys_it(tmp_path):
