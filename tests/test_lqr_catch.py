@@ -163,12 +163,17 @@ def test_export_carries_the_catch(tmp_path):
     np.testing.assert_allclose(c, got, atol=1e-5)
 
 
-def test_a_run_trained_with_the_catch_deploys_it(tmp_path):
+@pytest.mark.parametrize("flags,caught", [([], True), (["--catch", "0"], False)])
+def test_an_acrobot_run_deploys_the_catch_it_trained_with(tmp_path, flags, caught):
+    """The acrobot preset trains with the catch (its default) and deploys it; --catch 0
+    deploys the policy alone."""
     out = tmp_path / "run"
-    assert main(["train", "--system", "double_pendulum", "--preset", "acrobot", "--catch", "100",
+    assert main(["train", "--system", "double_pendulum", "--preset", "acrobot", *flags,
                  "--iterations", "2", "--time-budget", "0", "--overlap", "false",
                  "--num-starts", "4", "--group-size", "2", "--eval-episodes", "1",
                  "--out", str(out)]) == 0
     ctrl = load_policy_controller(out)
-    assert isinstance(ctrl, LQRCatch) and ctrl.level == 100.0
+    assert isinstance(ctrl, LQRCatch) == caught
     assert ctrl.source_info["checkpoint"].endswith("deployed.pt")
+    if caught:
+        assert ctrl.level == 100.0
