@@ -560,7 +560,8 @@ int ps_model_check(const ps_model *m)
   for (int k = 0; k < m->nx * m->nx; ++k)
     if (!isfinite(m->catch_P[k])) return PS_ERR_MODEL;
   for (int k = 0; k < m->nx; ++k)
-    if (!isfinite(m->catch_K[k]) || m->enc_counts[k] < 0 || m->noise_std[k] < 0 || m->x0_low[k] > m->x0_high[k])
+    if (!isfinite(m->catch_K[k]) || m->enc_counts[k] < 0 || m->noise_std[k] < 0 ||
+        m->x0_low[k] > m->x0_high[k])
       return PS_ERR_MODEL;
   if (m->plant_mode < PS_PLANT_NOMINAL || m->plant_mode > PS_PLANT_HOLD ||
       (m->plant_mode == PS_PLANT_DRAW && !ranges_valid(m)))

@@ -164,8 +164,9 @@ class LQRCatch(nn.Module):
     controller's where v > CATCH_BAND^2 level, and between the two a blend whose LQR share
     falls linearly in sqrt(v) from 1 to 0: the handover moves the command continuously (a
     jump of the torque at the switch alone costs RealAIGym's smoothness criterion as much as
-    a whole swing-up; a band of v from level to 2 level, crossed in 11 steps, most of it). A function of the observation, as ``SwingUpLQR``'s switch: stateless, so
-    its ONNX and C exports compute the function of this module.
+    a whole swing-up; a band of v from level to 2 level, crossed in 11 steps, most of it).
+    A function of the observation, as ``SwingUpLQR``'s switch: stateless, so its ONNX and C
+    exports compute the function of this module.
 
     ``GRPOConfig.catch`` trains a policy with the same catch in the simulator's step
     (``catch_overrides``), so that the policy learns to bring the plant into the region
