@@ -61,7 +61,7 @@ TRAINING_DEFAULTS = {
     # height reward alone, 0.41-0.59 over 3 seeds with the costs from 65 %)
     ("double_pendulum", "pendubot"): _DOUBLE_PENDULUM_TRAINING,
     # the acrobot finds no balance of its own: the LQR catches it inside x'Px < 100, the costs
-    # at 10 % throughout (docs/double_pendulum.md: RealAI score 0 without; 0.52-0.56 over 3
+    # at 10 % throughout (docs/double_pendulum.md: RealAI score 0 without; 0.52-0.56 over 4
     # seeds with the catch)
     ("double_pendulum", "acrobot"): {**_DOUBLE_PENDULUM_TRAINING, "catch": 100.0,
                                      "costs_early": 0.1, "costs_from": 1.0},
