@@ -54,6 +54,7 @@ ACCEPTED = {
     ("train", "--c-rollout"): ({"zero"}, "0 is false: the rollout in torch"),
     ("train", "--c-update"): ({"zero"}, "0 is false: the gradient by torch autograd"),
     ("train", "--features"): ({"zero"}, "0: no Fourier features, the observation alone"),
+    ("train", "--catch"): ({"zero"}, "0: no LQR catch"),
     ("eval", "--out"): (ANY, "any text names a folder"),
     ("hil", "--reveal"): (ANY, "any text names a file"),
     ("hil", "--mystery"): ({"zero"}, "seed 0"),
