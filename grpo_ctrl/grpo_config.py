@@ -147,7 +147,9 @@ class GRPOConfig:
                            "its cost-to-go (grpo_ctrl/baselines/lqr.py, LQRCatch), in "
                            "training's simulator and in the deployed controller; the policy "
                            "learns to bring the plant there (0 = never; 100: the acrobot's "
-                           "balance, docs/double_pendulum.md)", low=0.0, high=1e12)
+                           "preset; 300: its robustness score 0.59 -> 0.68 over 3 seeds, "
+                           "its simulation score 0.54 -> 0.47; docs/double_pendulum.md)",
+                           low=0.0, high=1e12)
     # run
     seed: int = _run(0, "seeds the simulator and torch", low=0, high=MAX_SEED)
     time_budget: float = _run(30.0, "seconds of training wall time (0 = no limit)", low=0.0,
