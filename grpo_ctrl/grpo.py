@@ -133,7 +133,8 @@ class GroupRollout:
         # any state: cfg.starts); its branches copy it
         spec = plant_spec(system, preset)
         box = spec.wide_box() if cfg.starts == "wide" else (None, None)
-        catch = catch_overrides(spec, cfg.catch)  # the LQR's catch in every step (cfg.catch)
+        # the LQR's catch in every step (cfg.catch), as BatchSim's model overrides
+        self.catch = catch = catch_overrides(spec, cfg.catch)
         self.pool = BatchSim(system, n, preset=preset, seed=seed, randomize=randomize,
                              x0_low=box[0], x0_high=box[1], **catch)
         self.group = BatchSim(system, n * g, preset=preset, seed=seed + 10_000,
@@ -725,5 +726,5 @@ class Trainer:
         # the catch (cfg.catch) in the simulator's step, as in training: the deployed
         # LQRCatch's function of the state, without its many small torch operations a step
         ep = evaluate(self.policy.controller(self.spec), self.cfg.eval_episodes, self.eval_seed,
-                      randomize=self.randomize, **catch_overrides(self.spec, self.cfg.catch))
+                      randomize=self.randomize, **self.rollout.catch)
         return float(ep.returns.mean()), float(ep.success.mean())
