@@ -31,7 +31,7 @@ from grpo_ctrl.firmware_bridge.status import StatusLine
 from grpo_ctrl.firmware_bridge.observation import (Features, check_onnx_controller,
                                                    open_onnx_controller)
 from grpo_ctrl.firmware_bridge.telemetry import Telemetry, write_plot
-from grpo_ctrl.option_types import positive_int, positive_seconds
+from grpo_ctrl.option_types import number, positive_int, positive_seconds
 
 EXIT_CODES = {"completed": 0, "fault": 3, "link lost": 4, "error": 5, "interrupted": 130}
 
@@ -42,7 +42,8 @@ STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
 
 def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None, *,
              baudrate: int = 1_000_000, stop: threading.Event | None = None,
-             print_fn=print, on_device: bool = False, make_policy=None, status=None) -> dict:
+             print_fn=print, on_device: bool = False, make_policy=None, status=None,
+             estimator_hz: float | None = None, plant=None) -> dict:
     """Run ``policy_path`` (ONNX) on the device at ``port`` for ``duration``
     seconds; returns the summary dict (``ended``: completed, interrupted,
     fault, link lost or error). Telemetry goes to ``log`` (.csv or .jsonl) and
@@ -56,7 +57,11 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
     then ignored. ``status``: a stream for the status line (status.py),
     written from a thread of its own; None: no status line. The plot needs
     matplotlib (the train extra): without it the default plot is skipped
-    with a note, and ``plot`` given is refused before the port opens."""
+    with a note, and ``plot`` given is refused before the port opens.
+    ``estimator_hz``: the policy sees the host's model estimate of the
+    state (``estimator.py``, this bandwidth) instead of the device's
+    velocities; its model is the device's preset, or ``plant`` (a TOML file
+    of ``grpo-ctrl sysid --out``)."""
     if not duration > 0 or not math.isfinite(duration):
         raise UserError(f"--duration must be a positive number of seconds, got {duration}")
     if not on_device and make_policy is None and not Path(policy_path).is_file():
@@ -73,6 +78,11 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
                         "(or leave --plot out)")
     plot = Path(plot) if plot else None
     _check_outputs(log, plot)
+    if on_device and (estimator_hz is not None or plant is not None):
+        raise UserError("--estimator and --plant serve a policy the host runs; the device's own "
+                        "controller (--on-device) uses its own velocities: leave them out")
+    if plant is not None and estimator_hz is None:
+        raise UserError("--plant is the model of --estimator HZ: give both, or neither")
     stop = stop or threading.Event()
     caught: list[int] = []
     previous_handlers = {}
@@ -86,9 +96,12 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
     try:
         onnx_policy = (open_onnx_controller(policy_path)
                        if not on_device and make_policy is None else None)
+        fitted = _fitted_plant(plant, onnx_policy) if plant is not None else None
         with Link(port, baudrate) as link, shown:
             info, info_frame = handshake(link)
             features = Features(info)
+            if estimator_hz is not None:
+                features.estimator = _estimator(features, info, estimator_hz, fitted)
             select_control_source(link, info, on_device)
             if on_device:  # keep-alive commands: the device ignores their value
                 policy = _keepalive
@@ -103,7 +116,7 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
             with _realtime() as granted:
                 loop.run(duration)
             summary = loop.summary()
-            summary.update(granted, low_latency_mode=link.low_latency)
+            summary.update(granted, low_latency_mode=link.low_latency, estimator_hz=estimator_hz)
         telemetry.close()
         summary["telemetry_dropped"] = telemetry.dropped
         if telemetry.error:
@@ -131,6 +144,32 @@ def _importable(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except ImportError:
         return False
+
+
+def _fitted_plant(path, policy):
+    """``--plant``'s file, read against the policy's plant before the port opens."""
+    from grpo_ctrl.plant import plant_spec
+    from grpo_ctrl.plant_file import read_plant_file
+
+    if not Path(path).is_file():
+        raise UserError(f"--plant {str(path)!r} is not a file; give the TOML that "
+                        "`grpo-ctrl sysid --out` wrote")
+    meta = policy.metadata
+    return read_plant_file(path, plant_spec(meta["system"], meta["preset"]))
+
+
+def _estimator(features: Features, info: P.Info, bandwidth_hz: float, fitted):
+    """The model estimator of the device's plant: its preset, or the
+    ``fitted`` plant (``_fitted_plant``)."""
+    from grpo_ctrl.firmware_bridge.estimator import ModelEstimator
+    from grpo_ctrl.plant import plant_spec, presets
+
+    if info.preset not in presets(features.system):
+        raise UserError(f"--estimator needs the plant's model; the device's preset "
+                        f"{info.preset!r} is not one of {features.system}'s "
+                        f"{presets(features.system)}: give --plant FILE")
+    spec = plant_spec(features.system, info.preset)
+    return ModelEstimator(spec, info.period_us * 1e-6, bandwidth_hz, fitted)
 
 
 def _keepalive(obs) -> float:
@@ -221,6 +260,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", default=None, help="PNG plot (default: next to the log)")
     p.add_argument("--baud", type=positive_int(100_000_000), default=1_000_000,
                    help="baud rate for a UART (ignored by USB CDC and pseudo-terminals)")
+    p.add_argument("--estimator", type=number(float, above=0.0, high=1e5, unit=" Hz"),
+                   default=None, metavar="HZ",
+                   help="the policy sees the host's estimate of the state instead of the "
+                        "device's velocities: the plant's model predicts each tick from the "
+                        "applied command, the encoders correct it with this bandwidth (try 10; "
+                        "the acrobot's swing-up needs it)")
+    p.add_argument("--plant", default=None, metavar="FILE.toml",
+                   help="the estimator's model: a fitted rig (grpo-ctrl sysid --out) instead of "
+                        "the device's preset")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true",
                    help="no status line (elapsed, rate, angle, command, missed deadlines, lost "
@@ -235,7 +283,8 @@ def run(args) -> int:
     log = args.log or f"runs/serial/{time.strftime('%Y%m%d-%H%M%S')}.csv"
     summary = run_loop(args.port, args.policy, args.duration, log, args.plot,
                        baudrate=args.baud, on_device=args.on_device,
-                       status=None if args.quiet else sys.stderr)
+                       status=None if args.quiet else sys.stderr,
+                       estimator_hz=args.estimator, plant=args.plant)
     print(json.dumps(summary) if args.json else format_summary(summary), flush=True)
     if summary["ended"].startswith("error: "):  # the one line that says why, where errors go
         print(f"grpo-ctrl run: {summary['ended']}", file=sys.stderr, flush=True)

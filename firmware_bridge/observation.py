@@ -19,9 +19,10 @@ class Features:
     positions and velocities fill the plant's state where its layout says
     (``PlantSpec.channels``), and the simulator's own C observation function
     (``grpo_ctrl.plant.Observer``) makes the observation of it: the simulator
-    and the rig cannot disagree on what a policy sees."""
+    and the rig cannot disagree on what a policy sees. ``estimator``: a
+    ``ModelEstimator`` (estimator.py) whose state replaces the device's."""
 
-    def __init__(self, info: P.Info):
+    def __init__(self, info: P.Info, estimator=None):
         self.system = info.system_name
         if self.system not in P.SYSTEMS:
             raise UserError(f"the device reports an unknown system id {info.system}")
@@ -44,11 +45,14 @@ class Features:
         self._velocity = [v for _, v in self.spec.channels]
         self._x = np.zeros(self.spec.nx)
         self._observe = Observer(self.spec)
+        self.estimator = estimator
 
     def __call__(self, s: P.State) -> np.ndarray:
         n = len(self._position)
         self._x[self._position] = np.asarray(s.pos[:n], float) * self.scale
         self._x[self._velocity] = np.asarray(s.vel[:n], float) * self.scale
+        if self.estimator is not None:
+            return self._observe(self.estimator.update(self._x, s.t_us, s.actuator))
         return self._observe(self._x)
 
     def angle(self, obs: np.ndarray) -> float:
