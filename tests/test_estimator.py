@@ -9,7 +9,7 @@ import pytest
 
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.firmware_bridge.estimator import ModelEstimator
-from grpo_ctrl.plant import plant_spec
+from grpo_ctrl.plant import plant_spec, presets
 from grpo_ctrl.sim import BatchSim
 
 PERIOD = 0.002                  # s, the double pendulum's 500 Hz
@@ -42,6 +42,24 @@ def test_exact_measurements_give_the_plant_state_bit_for_bit_across_missed_state
         moved = max(moved, abs(x[3]))
         plant.step(np.array([u], np.float32))
     assert compared == 1600 and moved > 10.0   # a large, fast motion, not a rest
+
+
+@pytest.mark.parametrize("system,preset", [(s, p) for s in ("pendulum", "cartpole", "furuta",
+                                                               "double_pendulum")
+                                            for p in presets(s)])
+def test_every_plant_is_estimated_exactly_from_exact_measurements(system, preset):
+    """Each preset's estimator (its channels, its period) is its plant on
+    exact measurements, from a random start under random commands."""
+    spec = plant_spec(system, preset)
+    plant = BatchSim(system, 1, preset)
+    plant.reset(seed=1)
+    estimator = ModelEstimator(spec, spec.dt, 0.1 / (2 * math.pi * spec.dt))
+    rng = np.random.default_rng(0)
+    for k in range(300):
+        u = float(rng.uniform(-spec.u_max, spec.u_max))
+        x = plant.get_state()["x"][0]
+        np.testing.assert_array_equal(estimator.update(x.copy(), round(spec.dt * 1e6) * k, u), x)
+        plant.step(np.array([u], np.float32))
 
 
 @pytest.mark.parametrize("bandwidth", [5.0, 10.0, 20.0])
@@ -127,3 +145,14 @@ def test_it_predicts_with_the_fitted_plant_it_is_given():
 def test_a_bandwidth_the_loop_cannot_take_is_refused_naming_the_limit(bandwidth):
     with pytest.raises(UserError, match=r"at most 39 Hz for the device's 2 ms period"):
         ModelEstimator(ACROBOT, PERIOD, bandwidth)
+
+
+def test_a_repeated_state_changes_nothing_and_a_stall_restarts_from_the_device():
+    estimator = ModelEstimator(ACROBOT, PERIOD, 10.0)
+    first = estimator.update(HANGING + [0, 0, 0.5, 0.0], tick_us(0), 1.0)
+    after = estimator.update(HANGING.copy(), tick_us(1), 1.0)
+    assert not np.array_equal(after, first)
+    np.testing.assert_array_equal(estimator.update(HANGING + 0.3, tick_us(1), 1.0), after)
+    # 60 ticks of silence (more than MAX_GAP_TICKS): the device's own state again
+    device = HANGING + [0.1, 0.2, 0.3, 0.4]
+    np.testing.assert_array_equal(estimator.update(device.copy(), tick_us(61), 0.0), device)
