@@ -22,7 +22,8 @@ from grpo_ctrl.errors import UserError
 from grpo_ctrl.plant import PlantSpec, init_model
 
 MAX_GAIN = 0.5        # omega x period: the discrete loop stays well damped below it
-MAX_GAP_TICKS = 50    # a longer silence (a stall) restarts the estimate from the device's
+MAX_GAP_TICKS = 50    # a longer silence (a stall), or time going back, restarts the
+                      # estimate from the device's state
 
 
 class ModelEstimator:
@@ -68,9 +69,10 @@ class ModelEstimator:
 
     def update(self, x: np.ndarray, t_us: int, applied: float) -> np.ndarray:
         ticks = 0 if self.x is None else round((t_us - self.t_us) / self.period_us)
-        if self.x is None or not 0 < ticks <= MAX_GAP_TICKS:
-            if self.x is None or ticks > MAX_GAP_TICKS:
-                self.restart(x)
+        fresh = self.x is None or not 0 <= ticks <= MAX_GAP_TICKS  # a stall, a clock gone back
+        if fresh:
+            self.restart(x)
+        if fresh or ticks == 0:  # (0: the same tick again)
             self.t_us, self.applied[0] = t_us, applied
             return self.x.copy()
         sim = self.sim

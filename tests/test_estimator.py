@@ -147,7 +147,7 @@ def test_a_bandwidth_the_loop_cannot_take_is_refused_naming_the_limit(bandwidth)
         ModelEstimator(ACROBOT, PERIOD, bandwidth)
 
 
-def test_a_repeated_state_changes_nothing_and_a_stall_restarts_from_the_device():
+def test_a_repeated_state_changes_nothing_and_a_stall_or_a_reset_clock_restarts():
     estimator = ModelEstimator(ACROBOT, PERIOD, 10.0)
     first = estimator.update(HANGING + [0, 0, 0.5, 0.0], tick_us(0), 1.0)
     after = estimator.update(HANGING.copy(), tick_us(1), 1.0)
@@ -156,3 +156,6 @@ def test_a_repeated_state_changes_nothing_and_a_stall_restarts_from_the_device()
     # 60 ticks of silence (more than MAX_GAP_TICKS): the device's own state again
     device = HANGING + [0.1, 0.2, 0.3, 0.4]
     np.testing.assert_array_equal(estimator.update(device.copy(), tick_us(61), 0.0), device)
+    # and a clock gone back (a device that restarted)
+    estimator.update(HANGING.copy(), tick_us(62), 0.0)
+    np.testing.assert_array_equal(estimator.update(device.copy(), tick_us(3), 0.0), device)
