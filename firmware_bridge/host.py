@@ -59,7 +59,7 @@ def run_loop(port: str, policy_path, duration: float = 10.0, log=None, plot=None
     matplotlib (the train extra): without it the default plot is skipped
     with a note, and ``plot`` given is refused before the port opens.
     ``estimator_hz``: the policy sees the host's model estimate of the
-    state (``estimator.py``, this bandwidth) instead of the device's
+    state (``grpo_ctrl/estimator.py``, this bandwidth) instead of the device's
     velocities; its model is the device's preset, or ``plant`` (a TOML file
     of ``grpo-ctrl sysid --out``)."""
     if not duration > 0 or not math.isfinite(duration):
@@ -161,7 +161,7 @@ def _fitted_plant(path, policy):
 def _estimator(features: Features, info: P.Info, bandwidth_hz: float, fitted):
     """The model estimator of the device's plant: its preset, or the
     ``fitted`` plant (``_fitted_plant``)."""
-    from grpo_ctrl.firmware_bridge.estimator import ModelEstimator
+    from grpo_ctrl.estimator import ModelEstimator
     from grpo_ctrl.plant import plant_spec, presets
 
     if info.preset not in presets(features.system):

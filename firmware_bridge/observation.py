@@ -20,7 +20,7 @@ class Features:
     (``PlantSpec.channels``), and the simulator's own C observation function
     (``grpo_ctrl.plant.Observer``) makes the observation of it: the simulator
     and the rig cannot disagree on what a policy sees. ``estimator``: a
-    ``ModelEstimator`` (estimator.py) whose state replaces the device's."""
+    ``grpo_ctrl.estimator.ModelEstimator`` whose state replaces the device's."""
 
     def __init__(self, info: P.Info, estimator=None):
         self.system = info.system_name

@@ -27,7 +27,7 @@ from grpo_ctrl.controller import OPTIMUM, load_controller
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.heldout import HELDOUT_EPISODES, HELDOUT_SEED, Score, format_difference
 from grpo_ctrl.heldout import run as run_heldout
-from grpo_ctrl.option_types import MAX_EPISODES, positive_int, seed
+from grpo_ctrl.option_types import MAX_EPISODES, number, positive_int, seed
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,6 +59,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "'--robustness realaigym': RealAIGym's four categories instead "
                         "(double_pendulum: robustness v2's six); "
                         "--episodes per grid point (default 20), 10x that in the realistic row")
+    p.add_argument("--estimator", type=number(float, above=0.0, high=1e5, unit=" Hz"),
+                   metavar="HZ",
+                   help="with --score / --robustness realaigym on the double pendulum: the "
+                        "controller acts on the model estimate of the state (the measured angles, "
+                        "velocities from the plant's model corrected at this bandwidth; as "
+                        "`grpo-ctrl run --estimator`), not on the measured velocities")
     p.add_argument("--out", help="folder for the robustness table, JSON and PNG (default: the "
                                  "first run's folder, else robustness-SYSTEM-PRESET)")
     cli_video.add_eval_arguments(p)
@@ -121,10 +127,15 @@ def run_realaigym_double(controllers: dict, args) -> int:
     if args.episodes:
         raise UserError("RealAIGym's double pendulum benchmark fixes its runs (robustness v2: "
                         "722 of 10 s); drop --episodes")
+    if args.estimator is not None:
+        from grpo_ctrl.estimator import check_bandwidth
+        check_bandwidth(args.estimator, next(iter(controllers.values())).spec.dt)
+        print(f"the controllers act on the model estimate of the state, {args.estimator:g} Hz "
+              "(--estimator)")
     if args.score:
-        print(realaigym_double.score_table(controllers))
+        print(realaigym_double.score_table(controllers, args.estimator))
     if args.robustness:
-        print(realaigym_double.robustness_table(controllers, args.seed))
+        print(realaigym_double.robustness_table(controllers, args.seed, args.estimator))
     return 0
 
 
@@ -132,6 +143,9 @@ def run_realaigym(controllers: dict, args) -> int:
     from grpo_ctrl import realaigym
     if next(iter(controllers.values())).spec.system == "double_pendulum":
         return run_realaigym_double(controllers, args)
+    if args.estimator is not None:
+        raise UserError("--estimator scores the double pendulum's controllers; RealAIGym's "
+                        "single pendulum benchmark measures the state itself: drop --estimator")
     realaigym.check_plant(controllers)
     if args.score:
         print(realaigym.score_table(controllers))
@@ -149,6 +163,9 @@ def run(args) -> int:
         if args.robustness:
             raise UserError("--video draws episodes of one controller; drop --robustness")
         render.check_video_path(args.video)
+    if args.estimator is not None and not (args.score or args.robustness == "realaigym"):
+        raise UserError("--estimator goes with --score realaigym or --robustness realaigym on "
+                        "the double pendulum; add one, or drop --estimator")
     if args.score or args.robustness == "realaigym":
         if args.gym:
             raise UserError("RealAIGym's benchmark runs on the C simulator; drop --gym")

@@ -241,6 +241,16 @@ def plant_spec(system: str, preset: str | None = None) -> PlantSpec:
     return spec_of_model(*init_model(system, preset))
 
 
+def state_of_observation(spec: PlantSpec, obs: np.ndarray) -> np.ndarray:
+    """The states ``(B, nx)`` that observations ``obs (B, nobs)`` show: an
+    angle from its cosine and sine (in [-pi, pi]), the rest as observed."""
+    obs = np.atleast_2d(obs)
+    x = np.empty((obs.shape[0], spec.nx))
+    for k, i in enumerate(spec.obs_index):
+        x[:, k] = np.arctan2(obs[:, i + 1], obs[:, i]) if spec.angles[k] else obs[:, i]
+    return x
+
+
 class Observer:
     """Observations of single states of one plant by the C function the
     simulator observes with (``ps_observation``: no sensor noise or

@@ -201,6 +201,8 @@ def simulate(policy, preset: str = "acrobot", n: int = 1, seed: int = 0,
     for name, v in (params or {}).items():
         sim.set_param(name, np.broadcast_to(np.asarray(v, dtype=float), (n,)))
     obs = sim.observe().copy()
+    if hasattr(policy, "reset"):
+        policy.reset(n)
     steps = sim.spec.max_steps
     u_max, actuated = sim.spec.u_max, int(sim.model.actuated)
     xs = np.empty((steps, n, 4))
@@ -463,18 +465,25 @@ def robustness(policy, preset: str = "acrobot", seed: int = 0, x0=HANGING) -> Ro
     return Robustness(preset, {c: final[w] for c, w in where.items()})
 
 
-def controller_policy(controller):
-    """A stateless controller (``grpo_ctrl.controller``) as a benchmark policy."""
+def controller_policy(controller, estimator_hz: float | None = None):
+    """A controller (``grpo_ctrl.controller``) as a benchmark policy; with
+    ``estimator_hz``, acting on the model estimate of the state
+    (``grpo_ctrl.estimator.EstimatedPolicy``: the measured angles, the
+    estimator's velocities)."""
     from grpo_ctrl.controller import act
-    return lambda obs: act(controller, obs).astype(np.float64)
+    policy = lambda obs: act(controller, obs).astype(np.float64)  # noqa: E731
+    if estimator_hz is None:
+        return policy
+    from grpo_ctrl.estimator import EstimatedPolicy
+    return EstimatedPolicy(policy, controller.spec, estimator_hz)
 
 
-def score_table(controllers: dict) -> str:
+def score_table(controllers: dict, estimator_hz: float | None = None) -> str:
     """Each criterion of one simulation-v2 run of every controller, beside the published top."""
     robot = robot_of(next(iter(controllers.values())).spec.preset)
     cols = {}
     for name, c in controllers.items():
-        (tr,) = simulate(controller_policy(c), robot)
+        (tr,) = simulate(controller_policy(c, estimator_hz), robot)
         cols[name] = evaluate(tr)
     top = PUBLISHED_TOPS[(robot, "simulation_v2")]
     cols[top[0] + "*"] = {**dict(zip(CRITERIA, PUBLISHED_SIMULATION_TOP[robot])),
@@ -493,10 +502,11 @@ def score_table(controllers: dict) -> str:
     return "\n".join(lines)
 
 
-def robustness_table(controllers: dict, seed: int = 0) -> str:
+def robustness_table(controllers: dict, seed: int = 0, estimator_hz: float | None = None) -> str:
     """The six categories of every controller, beside the published top."""
     robot = robot_of(next(iter(controllers.values())).spec.preset)
-    rows = {name: robustness(controller_policy(c), robot, seed) for name, c in controllers.items()}
+    rows = {name: robustness(controller_policy(c, estimator_hz), robot, seed)
+            for name, c in controllers.items()}
     top = PUBLISHED_TOPS[(robot, "robustness_v2")]
     w = max(12, len(top[0]) + 3, *(len(n) + 2 for n in rows))  # + 3: the name's "*", a space
     lines = [f"RealAIGym double pendulum, robustness v2 ({SYSTEM}/{robot}): 722 runs of 10 s "

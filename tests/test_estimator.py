@@ -1,4 +1,4 @@
-"""The host's model estimator (``firmware_bridge/estimator.py``) against
+"""The model estimator (``grpo_ctrl/estimator.py``) against
 the plant it estimates: exact on exact measurements, its error's decay the
 discrete loop's own recursion, and from 4096-count encoders far closer to
 the true velocities than the device's filtered differences."""
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.firmware_bridge.estimator import ModelEstimator
-from grpo_ctrl.plant import plant_spec, presets
+from grpo_ctrl.estimator import ModelEstimator
+from grpo_ctrl.plant import Observer, plant_spec, presets, state_of_observation
 from grpo_ctrl.sim import BatchSim
 
 PERIOD = 0.002                  # s, the double pendulum's 500 Hz
@@ -143,7 +143,7 @@ def test_it_predicts_with_the_fitted_plant_it_is_given():
 
 @pytest.mark.parametrize("bandwidth", [0.0, -1.0, 40.0, math.nan])
 def test_a_bandwidth_the_loop_cannot_take_is_refused_naming_the_limit(bandwidth):
-    with pytest.raises(UserError, match=r"at most 39 Hz for the device's 2 ms period"):
+    with pytest.raises(UserError, match=r"at most 39 Hz for a 2 ms period"):
         ModelEstimator(ACROBOT, PERIOD, bandwidth)
 
 
@@ -159,3 +159,70 @@ def test_a_repeated_state_changes_nothing_and_a_stall_or_a_reset_clock_restarts(
     # and a clock gone back (a device that restarted)
     estimator.update(HANGING.copy(), tick_us(62), 0.0)
     np.testing.assert_array_equal(estimator.update(device.copy(), tick_us(3), 0.0), device)
+
+
+# ------------------------------------------------- a benchmark policy on the estimate
+
+
+@pytest.mark.parametrize("system,preset", [(s, p) for s in ("pendulum", "cartpole", "furuta",
+                                                               "double_pendulum")
+                                            for p in presets(s)])
+def test_the_state_of_an_observation_is_the_observed_state(system, preset):
+    spec = plant_spec(system, preset)
+    observe = Observer(spec)
+    x = np.random.default_rng(0).uniform(-3, 3, (50, spec.nx))
+    back = state_of_observation(spec, np.array([observe(row) for row in x]))
+    d = back - x
+    angles = np.array(spec.angles)
+    d[:, angles] = (d[:, angles] + math.pi) % (2 * math.pi) - math.pi   # whole turns apart
+    assert np.max(np.abs(d)) < 1e-6                                      # float32's rounding
+
+
+def lqr_runs(sigma, n=20, steps=2500):
+    from grpo_ctrl import realaigym_double as R
+    runs = R.Runs.nominal(n, steps)
+    runs.vel_sigma[:] = sigma
+    return runs
+
+
+def test_on_exact_measurements_the_estimated_policy_flies_as_the_policy():
+    """RealAIGym's loop, no perturbation, the acrobot's LQR from 0.02 rad off
+    upright: the same trajectory to float32's rounding of the observation."""
+    from grpo_ctrl import realaigym_double as R
+    from grpo_ctrl.controller import load_controller
+    lqr = load_controller("lqr", "double_pendulum", "acrobot")
+    x0 = (0.02, -0.02, 0.0, 0.0)
+    _, plain, _ = R.run_perturbed(R.controller_policy(lqr), "acrobot", lqr_runs(0, 2, 1000), x0,
+                                  record=True)
+    _, ours, _ = R.run_perturbed(R.controller_policy(lqr, 20.0), "acrobot", lqr_runs(0, 2, 1000),
+                                 x0, record=True)
+    assert np.max(np.abs(ours - plain)) < 1e-4
+    assert np.max(np.abs(plain[:, :, :2])) < 0.3     # and the LQR held it (0.24 at most)
+
+
+def test_the_estimated_policy_holds_through_noise_on_the_measured_velocities():
+    """The acrobot's LQR from 0.02 rad off upright, 5 s, RealAIGym's velocity
+    noise of 0.3 rad/s on both measured velocities (20 runs): 2 of 20 held
+    on the measurements (measured), all on the estimate."""
+    from grpo_ctrl import realaigym_double as R
+    from grpo_ctrl.controller import load_controller
+    lqr = load_controller("lqr", "double_pendulum", "acrobot")
+    x0 = (0.02, -0.02, 0.0, 0.0)
+    plain = R.upright(R.run_perturbed(R.controller_policy(lqr), "acrobot", lqr_runs(0.3), x0,
+                                      seed=1))
+    ours = R.upright(R.run_perturbed(R.controller_policy(lqr, 20.0), "acrobot", lqr_runs(0.3), x0,
+                                     seed=1))
+    assert plain.mean() <= 0.3 and ours.all()
+
+
+def test_eval_estimator_refusals_are_one_line(capsys):
+    from grpo_ctrl.cli import main
+    for argv, why in [(["--system", "double_pendulum", "--preset", "acrobot"], "--score realaigym"),
+                      (["--system", "double_pendulum", "--preset", "acrobot", "--score",
+                        "realaigym", "--estimator", "100"], "at most 39 Hz"),
+                      (["--system", "pendulum", "--preset", "realaigym", "--score", "realaigym"],
+                       "single pendulum")]:
+        extra = [] if "--estimator" in argv else ["--estimator", "10"]
+        assert main(["eval", "--controller", "lqr", *argv, *extra]) == 2
+        err = capsys.readouterr().err
+        assert why in err and len(err.strip().splitlines()) == 1, err

@@ -233,7 +233,7 @@ def test_trained_policy_swings_the_acrobot_up_on_the_host_estimate(tmp_path):
 
 
 @pytest.mark.parametrize("options,why", [
-    (["--estimator", "100"], "at most 39 Hz for the device's 2 ms period"),
+    (["--estimator", "100"], "at most 39 Hz for a 2 ms period"),
     (["--plant", "fit.toml"], "--plant is the model of --estimator HZ"),
     (["--estimator", "10", "--plant", "no-such.toml"], "is not a file"),
 ])
