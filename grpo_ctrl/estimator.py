@@ -9,10 +9,11 @@ low-pass filter: at 500 Hz one count of a 4096-count encoder is 0.77 rad/s,
 and a filter that smooths that away lags by its time constant (8 ms at
 20 Hz). A swing-up that meets the LQR's small region (the acrobot) misses it
 on either. A model predicts the velocity without that lag; the positions'
-residuals pull the estimate back to the plant, each position's correction a
-critically damped second-order loop of the given bandwidth (a Luenberger
-observer with a per-joint gain): low bandwidth trusts the model, high
-bandwidth the measurements.
+residuals pull the estimate back to the plant. Each measured position has a
+third-order loop (a Luenberger observer with a per-joint gain): its
+position, its velocity and an acceleration the model does not explain (a
+push, a model's error), the three poles at the given bandwidth: low
+bandwidth trusts the model, high bandwidth the measurements.
 """
 from __future__ import annotations
 
@@ -66,12 +67,14 @@ class ModelEstimator:
         self.vel = np.array([v for _, v in spec.channels])
         self.wrap = np.array([spec.angles[p] for p in self.pos])  # residuals in [-pi, pi)
         self.x = None
+        self.accel = np.zeros((num_envs, len(self.pos)))  # what the model does not explain
         self.t_us = 0
         self.applied = np.zeros(num_envs, np.float32)
 
     def restart(self, x: np.ndarray) -> None:
         """Start over from the measured states ``x (num_envs, nx)``."""
         self.x = np.array(x, float)
+        self.accel[:] = 0.0
         self.sim.reset()
         self.sim.set_state({"x": self.x})
 
@@ -87,13 +90,17 @@ class ModelEstimator:
             for _ in range(ticks):  # the ticks between: the torque last reported
                 sim.step(self.applied)
             pred = sim.get_state()["x"]
+            w, t, a = self.omega, ticks * self.period_s, self.accel
+            pred[:, self.pos] += a * (t * t / 2)
+            pred[:, self.vel] += a * t
             r = x[:, self.pos] - pred[:, self.pos]
             r[:, self.wrap] = (r[:, self.wrap] + math.pi) % (2 * math.pi) - math.pi
-            t = ticks * self.period_s
-            pred[:, self.pos] += 2 * self.omega * t * r
-            pred[:, self.vel] += self.omega ** 2 * t * r
-            lost = ~np.isfinite(pred).all(axis=1)  # a plant that blew up: measured again
-            pred[lost] = x[lost]
+            # the poles of (s + w)^3: s^3 + 3 w s^2 + 3 w^2 s + w^3
+            pred[:, self.pos] += 3 * w * t * r
+            pred[:, self.vel] += 3 * w * w * t * r
+            a += w ** 3 * t * r
+            lost = ~np.isfinite(pred).all(axis=1) | ~np.isfinite(a).all(axis=1)
+            pred[lost], a[lost] = x[lost], 0.0  # a plant that blew up: measured again
             self.x = pred
             sim.set_state({"x": pred})
         self.t_us = t_us

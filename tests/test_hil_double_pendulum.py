@@ -54,7 +54,7 @@ TRAINED_PENDUBOT_POLICY = Path(__file__).parent / "data" / "double-pendulum-pend
 # RealAI score v2 0.538). On the device's velocities (20 Hz filter) its swing-up arrives off
 # course and never enters the catch; on the host's estimate it does.
 TRAINED_ACROBOT_POLICY = Path(__file__).parent / "data" / "double-pendulum-acrobot-grpo.onnx"
-ESTIMATOR = ("--estimator", "10")
+ESTIMATOR = ("--estimator", "5")
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +218,7 @@ def test_trained_policy_swings_the_pendubot_up_from_hanging(tmp_path):
 def test_the_host_estimator_settles_the_acrobots_lqr(lqr, tmp_path):
     """On the device's velocities the acrobot's LQR swings within 0.06 rad at
     2-4 rad/s (its velocities' filter lags); on the host's estimate it
-    settles (measured: 0.010 rad, 0.6 rad/s over the last second)."""
+    settles (measured: 0.013 rad, 0.57 rad/s over the last second)."""
     trace, armed, log = fly(lqr("acrobot"), "acrobot", 0.05, tmp_path, *ESTIMATOR)
     assert_upright_at_the_end(trace, armed, log, 0.03)
     t, x = trace["t"][armed], trace["x"][armed]
