@@ -64,7 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --score / --robustness realaigym on the double pendulum: the "
                         "controller acts on the model estimate of the state (the measured angles, "
                         "velocities from the plant's model corrected at this bandwidth; as "
-                        "`grpo-ctrl run --estimator`), not on the measured velocities")
+                        "`grpo-ctrl run --estimator`), not on the measured velocities; 20 "
+                        "on RealAIGym's (docs/double_pendulum.md)")
     p.add_argument("--out", help="folder for the robustness table, JSON and PNG (default: the "
                                  "first run's folder, else robustness-SYSTEM-PRESET)")
     cli_video.add_eval_arguments(p)

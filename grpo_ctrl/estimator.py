@@ -35,7 +35,7 @@ def check_bandwidth(bandwidth_hz: float, period_s: float) -> None:
         top = MAX_GAIN / (2 * math.pi * period_s)
         raise UserError(f"--estimator {bandwidth_hz:g} Hz: give a bandwidth above 0 and at "
                         f"most {math.floor(top)} Hz for a {period_s * 1e3:g} ms period "
-                        "(10 Hz is a good start)")
+                        "(5 Hz for 4096-count encoders at 2 ms)")
 
 
 class ModelEstimator:
