@@ -471,7 +471,9 @@ def controller_policy(controller, estimator_hz: float | None = None):
     (``grpo_ctrl.estimator.EstimatedPolicy``: the measured angles, the
     estimator's velocities)."""
     from grpo_ctrl.controller import act
-    policy = lambda obs: act(controller, obs).astype(np.float64)  # noqa: E731
+
+    def policy(obs):
+        return act(controller, obs).astype(np.float64)
     if estimator_hz is None:
         return policy
     from grpo_ctrl.estimator import EstimatedPolicy
