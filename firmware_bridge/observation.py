@@ -19,10 +19,11 @@ class Features:
     positions and velocities fill the plant's state where its layout says
     (``PlantSpec.channels``), and the simulator's own C observation function
     (``grpo_ctrl.plant.Observer``) makes the observation of it: the simulator
-    and the rig cannot disagree on what a policy sees. ``estimator``: a
-    ``grpo_ctrl.estimator.ModelEstimator`` whose state replaces the device's."""
+    and the rig cannot disagree on what a policy sees. ``estimator``, when
+    set (``run --estimator``): a ``grpo_ctrl.estimator.ModelEstimator`` whose
+    state replaces the device's."""
 
-    def __init__(self, info: P.Info, estimator=None):
+    def __init__(self, info: P.Info):
         self.system = info.system_name
         if self.system not in P.SYSTEMS:
             raise UserError(f"the device reports an unknown system id {info.system}")
@@ -45,7 +46,7 @@ class Features:
         self._velocity = [v for _, v in self.spec.channels]
         self._x = np.zeros(self.spec.nx)
         self._observe = Observer(self.spec)
-        self.estimator = estimator
+        self.estimator = None
 
     def __call__(self, s: P.State) -> np.ndarray:
         n = len(self._position)
