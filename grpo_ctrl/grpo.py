@@ -30,6 +30,7 @@ import copy
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from grpo_ctrl import runtime  # first: it sets the OpenMP environment before torch loads
 
@@ -143,6 +144,8 @@ class GroupRollout:
         self.snapshot = BatchSim(system, n * g, preset=preset, seed=seed + 20_000,
                                  randomize=randomize, **catch)
         self.spec = self.pool.spec
+        for sim in (self.pool, self.group, self.snapshot):
+            sim.scale_shaping(cfg.shaping)
         self.rng = np.random.default_rng(seed)
         self.sim_steps = 0
         self.exploration = Exploration(cfg)
@@ -594,6 +597,46 @@ def make_policy(cfg: GRPOConfig, spec) -> GaussianPolicy:
                           cfg.log_std_init, cfg.log_std_min, cfg.features, cfg.feature_scale)
 
 
+# the config fields a trained policy fixes for a run that starts from it: its network's shape
+# and the LQR's catch it learned to reach
+INIT_FIELDS = ("hidden", "layers", "activation", "features", "feature_scale", "catch")
+
+
+def init_policy(path: str, system: str, preset: str) -> tuple[GaussianPolicy, dict]:
+    """The trained policy ``GRPOConfig.init`` names (a run folder's deployed one, or a
+    checkpoint file) and the ``INIT_FIELDS`` it fixes; UserError where there is none, or it
+    was trained on another plant."""
+    from grpo_ctrl.policy import load_policy
+    policy, ck, ck_path = load_policy(Path(path))
+    if (ck.get("system"), ck.get("preset")) != (system, preset):
+        raise UserError(f"init {str(ck_path)!r} was trained on {ck.get('system')}/"
+                        f"{ck.get('preset')}, not {system}/{preset}: start from a run of "
+                        "this plant")
+    fixed = {k: policy.arch[k] for k in INIT_FIELDS if k != "catch"}
+    fixed["catch"] = float(ck.get("config", {}).get("catch", 0.0))
+    return policy, fixed
+
+
+def check_init_fields(cfg: GRPOConfig, fixed: dict) -> None:
+    """UserError where ``cfg`` sets an ``INIT_FIELDS`` value other than its init policy's."""
+    for name, value in fixed.items():
+        if getattr(cfg, name) != value:
+            raise UserError(f"{name} = {getattr(cfg, name)!r}, but the policy of init "
+                            f"{cfg.init!r} has {name} = {value!r}: leave {name} out")
+
+
+def start_from(policy: GaussianPolicy, cfg: GRPOConfig, system: str, preset: str) -> None:
+    """``policy`` takes the network and the observation normaliser of ``cfg.init``'s; the
+    normaliser stays fixed (the learned function keeps its input), the noise is the
+    config's (``log_std_init``). UserError where the config's ``INIT_FIELDS`` differ."""
+    source, fixed = init_policy(cfg.init, system, preset)
+    check_init_fields(cfg, fixed)
+    policy.net.load_state_dict(source.net.state_dict())
+    policy.obs_norm.load_state_dict(source.obs_norm.state_dict())
+    policy.obs_norm.frozen = True
+    policy.refresh_norm()
+
+
 class Trainer:
     """One GRPO run: policy, optimiser, reference policy, rollout pool.
     ``ranks``: this process's place in data-parallel training (default: the
@@ -617,6 +660,8 @@ class Trainer:
                                     self.randomize)
         self.spec = self.rollout.spec
         self.policy = make_policy(cfg, self.spec)
+        if cfg.init:  # fine-tuning: a trained policy's network and normaliser
+            start_from(self.policy, cfg, system, preset)
         self.opt = adam(self.policy.parameters(), cfg.lr)
         self.ref = copy.deepcopy(self.policy) if cfg.beta > 0 else None
         # the update's backend, chosen once (a new reference policy keeps its choice)

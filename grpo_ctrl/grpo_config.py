@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, fields
 
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.option_types import MAX_SECONDS, MAX_SEED, describe_range, in_range
-from grpo_ctrl.presets import (LONG_BUDGET_DEFAULTS, TRAINING_DEFAULTS,  # noqa: F401
-                              long_budget_defaults, training_defaults)
+from grpo_ctrl.presets import (FINETUNE_DEFAULTS, LONG_BUDGET_DEFAULTS,  # noqa: F401
+                              TRAINING_DEFAULTS, long_budget_defaults, training_defaults)
 
 
 def two_cores() -> bool:
@@ -81,7 +81,12 @@ class GRPOConfig:
     costs_early: float = _rollout(0.01, "scale of the costs of effort before costs_from: 0.1 "
                                   "for a smoother, cheaper swing-up (the pendubot's simulation "
                                   "score 0.51 -> 0.63 over 3 seeds, its robustness score 0.72 "
-                                  "-> 0.60; docs/double_pendulum.md)", low=0.0, high=1.0)
+                                  "-> 0.60; docs/double_pendulum.md); above 1 they weigh more "
+                                  "than the plant's own", low=0.0, high=1e3)
+    shaping: float = _rollout(1.0, "scale of the reward's height shaping, w_height (1 - h), "
+                              "which leads a swing-up's search (plants rewarded by height: "
+                              "the double pendulum); 0: the task's own terms alone, as "
+                              "fine-tuning on whole episodes has them", low=0.0, high=1e3)
     starts: str = _rollout("preset", "where the training trajectories start: the preset's start "
                            "box (preset), or anywhere (wide): every angle over a whole turn "
                            "around it, every angular velocity within 1 rad/s; evaluation keeps "
@@ -151,6 +156,11 @@ class GRPOConfig:
                            "its simulation score 0.54 -> 0.47; docs/double_pendulum.md)",
                            low=0.0, high=1e12)
     # run
+    init: str = _run("", "a run folder or checkpoint whose trained policy this run starts "
+                     "from (fine-tuning): its network and its observation normaliser, kept "
+                     "fixed; the noise starts at log_std_init, and the plant's fine-tuning "
+                     "defaults apply (the acrobot: whole episodes from hanging, "
+                     "docs/double_pendulum.md)")
     seed: int = _run(0, "seeds the simulator and torch", low=0, high=MAX_SEED)
     time_budget: float = _run(30.0, "seconds of training wall time (0 = no limit)", low=0.0,
                               high=MAX_SECONDS)
@@ -235,10 +245,12 @@ def upgrade_config(data: dict, source: str) -> tuple[dict, list[str]]:
 SYSTEM_DEFAULTS = TRAINING_DEFAULTS
 
 
-def default_config(system: str, preset: str, time_budget: float = 0.0) -> GRPOConfig:
+def default_config(system: str, preset: str, time_budget: float = 0.0,
+                   init: str = "") -> GRPOConfig:
     """The plant's defaults (``SYSTEM_DEFAULTS``), and for a ``time_budget`` of at least a
-    plant's ``LONG_BUDGET_DEFAULTS`` threshold, those on top."""
-    return GRPOConfig(**training_defaults(system, preset, time_budget))
+    plant's ``LONG_BUDGET_DEFAULTS`` threshold, those on top; for a run that starts from
+    the trained policy ``init``, the plant's ``FINETUNE_DEFAULTS`` on top instead."""
+    return GRPOConfig(**training_defaults(system, preset, time_budget, bool(init)), init=init)
 
 
 def check_config(cfg: GRPOConfig) -> None:

@@ -81,6 +81,9 @@ class RunningNorm:
         self.mean = torch.zeros(n, dtype=torch.float64)
         self.var = torch.ones(n, dtype=torch.float64)
         self.count = 0.0
+        # fixed (a run that starts from a trained policy): the function it learned stays
+        # the same function of the observation
+        self.frozen = False
 
     def update(self, x: torch.Tensor) -> None:
         self.merge_moments(self.moments(x.reshape(-1, self.mean.numel())))
@@ -113,7 +116,9 @@ class RunningNorm:
     def merge(self, n: float, m: torch.Tensor, v: torch.Tensor) -> None:
         """Fold in the moments of n new observations: their mean m and their
         (biased) variance v. Data-parallel training passes those of the whole
-        batch across processes (grpo_ctrl/distributed.py)."""
+        batch across processes (grpo_ctrl/distributed.py). Nothing while ``frozen``."""
+        if self.frozen:
+            return
         total = self.count + n
         delta = m - self.mean
         self.mean = self.mean + delta * n / total

@@ -22,7 +22,8 @@ from grpo_ctrl.closed_loop import evaluate
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.grpo import Trainer
 from grpo_ctrl.grpo_config import GRPOConfig, default_config
-from grpo_ctrl.policy import ACTIVATIONS, GaussianPolicy, load_policy_controller, plain_sin
+from grpo_ctrl.policy import (ACTIVATIONS, GaussianPolicy, load_policy, load_policy_controller,
+                              plain_sin)
 from grpo_ctrl.sim import BatchSim
 
 torch.set_num_threads(1)
@@ -561,8 +562,8 @@ def test_train_help_lists_the_fields_by_section(capsys):
     from dataclasses import fields
     from grpo_ctrl.grpo_config import SECTIONS
     # costs_from, costs_early: the double pendulum's score; starts: its robustness; catch:
-    # the acrobot's balance
-    assert len(fields(GRPOConfig)) <= 49
+    # the acrobot's balance; init, shaping: its fine-tuning on whole episodes
+    assert len(fields(GRPOConfig)) <= 51
     assert cli.main(["train", "--help"]) == 0
     text = capsys.readouterr().out
     heads = [text.index(f"GRPO: {name} ") for name in SECTIONS]
@@ -857,3 +858,77 @@ def test_plain_sin_is_torchs_sine_and_keeps_the_gradient():
     w = x.clone().requires_grad_(True)
     plain_sin(w).sum().backward()
     assert torch.allclose(w.grad, torch.cos(x), rtol=0.0, atol=1.2e-7)
+
+
+def test_a_run_starts_from_a_trained_policy_and_keeps_its_normaliser(run_folder, tmp_path):
+    """init: the new run's policy computes the trained one's function before its first
+    update, its normaliser stays that policy's through the updates (the network moves), and
+    the network's shape comes from the checkpoint (run_folder is hidden 32 with 64 features,
+    not GRPOConfig's 64 and 0)."""
+    out = tmp_path / "tuned"
+    assert cli.main(["train", "--init", str(run_folder), "--out", str(out), "--iterations", "3",
+                     "--time-budget", "0", "--eval-episodes", "4", "--quiet",
+                     "--overlap", "false"]) == 0
+    conf = (out / "config.toml").read_text()
+    assert 'system = "pendulum"' in conf and "hidden = 32" in conf and "features = 64" in conf
+    source, _, _ = load_policy(run_folder)
+    cfg = replace(default_config("pendulum", "gym", init=str(run_folder)), **SHORT)
+    tr = Trainer(cfg, "pendulum", "gym")
+    obs = torch.from_numpy(BatchSim("pendulum", 64, "gym", seed=9).observe().copy())
+    before = tr.policy.controller(tr.spec)(obs)
+    assert torch.equal(before, source.controller(tr.spec)(obs))
+    norm = source.obs_norm.state_dict()
+    for _ in range(3):
+        tr.step()
+    tr.close()
+    after = tr.policy.obs_norm.state_dict()
+    assert torch.equal(after["mean"], norm["mean"]) and torch.equal(after["var"], norm["var"])
+    assert after["count"] == norm["count"]
+    assert not torch.equal(tr.policy.controller(tr.spec)(obs), before)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--hidden", "64"], "hidden = 64, but the policy of init"),
+    (["--system", "furuta"], "was trained on pendulum/gym, not furuta/qube-servo2"),
+])
+def test_init_refuses_a_policy_that_does_not_fit_before_any_work(run_folder, tmp_path, extra,
+                                                                 message, capsys):
+    out = tmp_path / "never"
+    assert cli.main(["train", "--init", str(run_folder), "--out", str(out), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_init_names_a_missing_run_in_one_line(tmp_path, capsys):
+    assert cli.main(["train", "--init", str(tmp_path / "nothing"), "--out",
+                     str(tmp_path / "never")]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "Traceback" not in err and err.count("\n") == 1
+    assert not (tmp_path / "never").exists()
+
+
+def test_the_acrobots_fine_tuning_rolls_whole_benchmark_episodes_on_the_scores_terms():
+    """The acrobot's fine-tuning defaults: every branch is a whole episode from the start
+    (the benchmark's 10 s from hanging), all of it in the loss, undiscounted, every
+    trajectory restarting; no height shaping, so a step's reward is the score's terms: the
+    time below the line (w_down) and the costs of effort at costs_early."""
+    cfg = default_config("double_pendulum", "acrobot", init="a run")
+    spec = BatchSim("double_pendulum", 1, "acrobot").spec
+    assert cfg.horizon * cfg.action_repeat == spec.max_steps
+    assert (cfg.loss_steps, cfg.gamma, cfg.reset_prob, cfg.costs_from) == (cfg.horizon, 1.0,
+                                                                          1.0, 1.0)
+    sim = BatchSim("double_pendulum", 1, "acrobot")
+    m = sim.model
+    w_height, w_down = m.w_height, m.w_down
+    x, u = np.array([2.0, -0.7, 1.5, -2.5]), np.float32(3.0)
+    # the acrobot's motor drives the elbow: its power is u times the elbow's velocity
+    effort = m.w_u * 9.0 + m.w_x[2] * 1.5**2 + m.w_x[3] * 2.5**2 + m.w_power * 3.0 * 2.5
+    h = (0.2 * np.cos(2.0) + 0.3 * np.cos(2.0 - 0.7)) / 0.5  # below 0.9: w_down applies
+    assert cfg.shaping == 0.0
+    sim.scale_costs(cfg.costs_early)
+    for shaping in (1.0, 0.5, cfg.shaping):
+        sim.scale_shaping(shaping)
+        sim.set_state({"x": x[None]})
+        want = -(shaping * w_height * (1 - h) + w_down + cfg.costs_early * effort)
+        assert sim.step(np.array([u]))[1][0] == pytest.approx(want, rel=1e-13)
