@@ -144,8 +144,6 @@ class GroupRollout:
         self.snapshot = BatchSim(system, n * g, preset=preset, seed=seed + 20_000,
                                  randomize=randomize, **catch)
         self.spec = self.pool.spec
-        for sim in (self.pool, self.group, self.snapshot):
-            sim.scale_shaping(cfg.shaping)
         self.rng = np.random.default_rng(seed)
         self.sim_steps = 0
         self.exploration = Exploration(cfg)

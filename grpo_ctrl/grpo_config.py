@@ -83,10 +83,6 @@ class GRPOConfig:
                                   "score 0.51 -> 0.63 over 3 seeds, its robustness score 0.72 "
                                   "-> 0.60; docs/double_pendulum.md); above 1 they weigh more "
                                   "than the plant's own", low=0.0, high=1e3)
-    shaping: float = _rollout(1.0, "scale of the reward's height shaping, w_height (1 - h), "
-                              "which leads a swing-up's search (plants rewarded by height: "
-                              "the double pendulum); 0: the task's own terms alone, as "
-                              "fine-tuning on whole episodes has them", low=0.0, high=1e3)
     starts: str = _rollout("preset", "where the training trajectories start: the preset's start "
                            "box (preset), or anywhere (wide): every angle over a whole turn "
                            "around it, every angular velocity within 1 rad/s; evaluation keeps "

@@ -70,15 +70,15 @@ TRAINING_DEFAULTS = {
 # A run that starts from a trained policy (``GRPOConfig.init``) takes these on top of its
 # preset's defaults. The acrobot's: whole 10 s episodes from hanging, the benchmark's one start
 # (1,000 decisions, all in the loss, undiscounted), 4 x 32 branches each iteration; the costs of
-# effort at 2.5 times the plant's (0.75 of the score's ratios) with no height shaping, so a
-# branch's return is near the score's own trade of time against effort; small steps (lr 5e-5,
-# log std -2.5) that keep the swing-up it found (docs/double_pendulum.md, research §19)
+# effort at 2.5 times the plant's (0.75 of the score's ratios), so a branch's return trades time
+# against effort nearly as the score does; small steps (lr 5e-5, log std -2.5) that keep the
+# swing-up it found (docs/double_pendulum.md, research §19)
 FINETUNE_DEFAULTS = {
     ("double_pendulum", "acrobot"): {"horizon": 1000, "loss_steps": 1000, "gamma": 1.0,
                                      "reset_prob": 1.0, "num_starts": 4, "group_size": 32,
                                      "minibatches": 4, "lr": 5e-5, "lr_end": 0.1,
                                      "log_std_init": -2.5, "log_std_min": -4.0,
-                                     "w_smooth": 3.0, "shaping": 0.0, "costs_early": 2.5,
+                                     "w_smooth": 3.0, "costs_early": 2.5,
                                      "costs_from": 1.0, "time_budget": 0.0,
                                      "iterations": 1000, "eval_episodes": 1},
 }

@@ -89,9 +89,8 @@ class BatchSim:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         self._model, preset = init_model(system, preset)
         self._apply_overrides(model)
-        m = self._model  # its costs of effort and shaping as made, for scale_costs/_shaping
+        m = self._model  # its costs of effort as made, for scale_costs
         self._costs = (m.w_u, m.w_power, [m.w_x[k] for k in range(m.nx // 2, m.nx)])
-        self._shaping = m.w_height
         self.spec = spec_of_model(self._model, preset)
         self.randomize = randomize if randomize is not None else Randomization()
         self._apply_randomization(self.randomize, hold_plant)
@@ -235,13 +234,6 @@ class BatchSim:
         m.w_u, m.w_power = w_u * scale, w_power * scale
         for k, w in enumerate(w_v, start=m.nx // 2):
             m.w_x[k] = w * scale
-
-    def scale_shaping(self, scale: float) -> None:
-        """The reward's height shaping, ``w_height (1 - h)``, at ``scale`` times the
-        model's (``GRPOConfig.shaping``); the time below the line and the costs unchanged."""
-        if not 0.0 <= scale <= 1e6:
-            raise ValueError(f"shaping scale must be in [0, 1e6], got {scale!r}")
-        self._model.w_height = self._shaping * scale
 
     # ------------------------------------------------------------------ stepping
     def seed(self, seed: int) -> None:

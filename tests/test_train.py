@@ -562,8 +562,8 @@ def test_train_help_lists_the_fields_by_section(capsys):
     from dataclasses import fields
     from grpo_ctrl.grpo_config import SECTIONS
     # costs_from, costs_early: the double pendulum's score; starts: its robustness; catch:
-    # the acrobot's balance; init, shaping: its fine-tuning on whole episodes
-    assert len(fields(GRPOConfig)) <= 51
+    # the acrobot's balance; init: its fine-tuning on whole episodes
+    assert len(fields(GRPOConfig)) <= 50
     assert cli.main(["train", "--help"]) == 0
     text = capsys.readouterr().out
     heads = [text.index(f"GRPO: {name} ") for name in SECTIONS]
@@ -908,27 +908,23 @@ def test_init_names_a_missing_run_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "never").exists()
 
 
-def test_the_acrobots_fine_tuning_rolls_whole_benchmark_episodes_on_the_scores_terms():
+def test_the_acrobots_fine_tuning_rolls_whole_benchmark_episodes_with_costs_as_the_score():
     """The acrobot's fine-tuning defaults: every branch is a whole episode from the start
     (the benchmark's 10 s from hanging), all of it in the loss, undiscounted, every
-    trajectory restarting; no height shaping, so a step's reward is the score's terms: the
-    time below the line (w_down) and the costs of effort at costs_early."""
+    trajectory restarting; its costs of effort at costs_early throughout, above the plant's
+    own weights (towards the score's ratios)."""
     cfg = default_config("double_pendulum", "acrobot", init="a run")
     spec = BatchSim("double_pendulum", 1, "acrobot").spec
     assert cfg.horizon * cfg.action_repeat == spec.max_steps
-    assert (cfg.loss_steps, cfg.gamma, cfg.reset_prob, cfg.costs_from) == (cfg.horizon, 1.0,
-                                                                          1.0, 1.0)
+    assert (cfg.loss_steps, cfg.gamma, cfg.reset_prob) == (cfg.horizon, 1.0, 1.0)
+    assert cfg.costs_from == 1.0 and cfg.costs_early > 1.0
     sim = BatchSim("double_pendulum", 1, "acrobot")
     m = sim.model
-    w_height, w_down = m.w_height, m.w_down
     x, u = np.array([2.0, -0.7, 1.5, -2.5]), np.float32(3.0)
     # the acrobot's motor drives the elbow: its power is u times the elbow's velocity
     effort = m.w_u * 9.0 + m.w_x[2] * 1.5**2 + m.w_x[3] * 2.5**2 + m.w_power * 3.0 * 2.5
     h = (0.2 * np.cos(2.0) + 0.3 * np.cos(2.0 - 0.7)) / 0.5  # below 0.9: w_down applies
-    assert cfg.shaping == 0.0
     sim.scale_costs(cfg.costs_early)
-    for shaping in (1.0, 0.5, cfg.shaping):
-        sim.scale_shaping(shaping)
-        sim.set_state({"x": x[None]})
-        want = -(shaping * w_height * (1 - h) + w_down + cfg.costs_early * effort)
-        assert sim.step(np.array([u]))[1][0] == pytest.approx(want, rel=1e-13)
+    sim.set_state({"x": x[None]})
+    want = -(m.w_height * (1 - h) + m.w_down + cfg.costs_early * effort)
+    assert sim.step(np.array([u]))[1][0] == pytest.approx(want, rel=1e-13)
