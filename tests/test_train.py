@@ -863,14 +863,17 @@ def test_plain_sin_is_torchs_sine_and_keeps_the_gradient():
 def test_a_run_starts_from_a_trained_policy_and_keeps_its_normaliser(run_folder, tmp_path):
     """init: the new run's policy computes the trained one's function before its first
     update, its normaliser stays that policy's through the updates (the network moves), and
-    the network's shape comes from the checkpoint (run_folder is hidden 32 with 64 features,
-    not GRPOConfig's 64 and 0)."""
-    out = tmp_path / "tuned"
-    assert cli.main(["train", "--init", str(run_folder), "--out", str(out), "--iterations", "3",
-                     "--time-budget", "0", "--eval-episodes", "4", "--quiet",
+    the plant and the network's shape come from the checkpoint (hidden 16 and no features,
+    where the gym pendulum's defaults are 32 and 64)."""
+    small, out = tmp_path / "small", tmp_path / "tuned"
+    assert cli.main(["train", "--system", "pendulum", "--out", str(small), "--iterations", "2",
+                     "--time-budget", "0", "--hidden", "16", "--features", "0", "--quiet",
                      "--overlap", "false"]) == 0
+    assert cli.main(["train", "--init", str(small / "latest.pt"), "--out", str(out),
+                     "--iterations", "3", "--time-budget", "0", "--eval-episodes", "4",
+                     "--quiet", "--overlap", "false"]) == 0
     conf = (out / "config.toml").read_text()
-    assert 'system = "pendulum"' in conf and "hidden = 32" in conf and "features = 64" in conf
+    assert 'system = "pendulum"' in conf and "hidden = 16" in conf and "features = 0" in conf
     source, _, _ = load_policy(run_folder)
     cfg = replace(default_config("pendulum", "gym", init=str(run_folder)), **SHORT)
     tr = Trainer(cfg, "pendulum", "gym")
