@@ -46,7 +46,7 @@ from grpo_ctrl.grpo_config import GRPOConfig, check_config  # noqa: E402
 from grpo_ctrl.overlap import OverlapCollector  # noqa: E402
 from grpo_ctrl.plant import plant_spec  # noqa: E402
 from grpo_ctrl.policy import (GaussianPolicy, RunningNorm, gaussian_log_prob,  # noqa: E402
-                             log_tanh_jacobian)
+                             load_policy, log_tanh_jacobian)
 from grpo_ctrl.randomize import Randomization  # noqa: E402
 from grpo_ctrl.runtime import adam, adam_step  # noqa: E402,F401 (adam: API)
 from grpo_ctrl.sim import BatchSim  # noqa: E402
@@ -600,23 +600,22 @@ def make_policy(cfg: GRPOConfig, spec) -> GaussianPolicy:
 INIT_FIELDS = ("hidden", "layers", "activation", "features", "feature_scale", "catch")
 
 
-def init_policy(path: str, system: str, preset: str) -> tuple[GaussianPolicy, dict]:
+def init_policy(path: str) -> tuple[GaussianPolicy, tuple[str, str], dict]:
     """The trained policy ``GRPOConfig.init`` names (a run folder's deployed one, or a
-    checkpoint file) and the ``INIT_FIELDS`` it fixes; UserError where there is none, or it
-    was trained on another plant."""
-    from grpo_ctrl.policy import load_policy
-    policy, ck, ck_path = load_policy(Path(path))
-    if (ck.get("system"), ck.get("preset")) != (system, preset):
-        raise UserError(f"init {str(ck_path)!r} was trained on {ck.get('system')}/"
-                        f"{ck.get('preset')}, not {system}/{preset}: start from a run of "
-                        "this plant")
+    checkpoint file), the plant (system, preset) it was trained on and the ``INIT_FIELDS``
+    it fixes; UserError where there is none."""
+    policy, ck, _ = load_policy(Path(path))
     fixed = {k: policy.arch[k] for k in INIT_FIELDS if k != "catch"}
     fixed["catch"] = float(ck.get("config", {}).get("catch", 0.0))
-    return policy, fixed
+    return policy, (ck.get("system"), ck.get("preset")), fixed
 
 
-def check_init_fields(cfg: GRPOConfig, fixed: dict) -> None:
-    """UserError where ``cfg`` sets an ``INIT_FIELDS`` value other than its init policy's."""
+def check_init(cfg: GRPOConfig, system: str, preset: str, trained_on: tuple, fixed: dict) -> None:
+    """UserError where the run's plant is not the one ``cfg.init``'s policy was trained on,
+    or ``cfg`` sets an ``INIT_FIELDS`` value other than that policy's."""
+    if tuple(trained_on) != (system, preset):
+        raise UserError(f"init {cfg.init!r} was trained on {trained_on[0]}/{trained_on[1]}, "
+                        f"not {system}/{preset}: start from a run of this plant")
     for name, value in fixed.items():
         if getattr(cfg, name) != value:
             raise UserError(f"{name} = {getattr(cfg, name)!r}, but the policy of init "
@@ -626,9 +625,9 @@ def check_init_fields(cfg: GRPOConfig, fixed: dict) -> None:
 def start_from(policy: GaussianPolicy, cfg: GRPOConfig, system: str, preset: str) -> None:
     """``policy`` takes the network and the observation normaliser of ``cfg.init``'s; the
     normaliser stays fixed (the learned function keeps its input), the noise is the
-    config's (``log_std_init``). UserError where the config's ``INIT_FIELDS`` differ."""
-    source, fixed = init_policy(cfg.init, system, preset)
-    check_init_fields(cfg, fixed)
+    config's (``log_std_init``). UserError where it does not fit (``check_init``)."""
+    source, trained_on, fixed = init_policy(cfg.init)
+    check_init(cfg, system, preset, trained_on, fixed)
     policy.net.load_state_dict(source.net.state_dict())
     policy.obs_norm.load_state_dict(source.obs_norm.state_dict())
     policy.obs_norm.frozen = True

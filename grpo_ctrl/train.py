@@ -43,12 +43,12 @@ from grpo_ctrl.deploy import CalmChoice
 from grpo_ctrl.distributed import Ranks
 from grpo_ctrl.errors import UserError
 from grpo_ctrl.files import atomic_write, write_toml
-from grpo_ctrl.grpo import Trainer, check_init_fields, init_policy
+from grpo_ctrl.grpo import Trainer, check_init, init_policy
 from grpo_ctrl.grpo_config import (CHOICES, LONG_BUDGET_DEFAULTS, OLD_VALUES, SECTIONS,
                                    GRPOConfig, check_config, default_config,
                                    long_budget_defaults, upgrade_config)
 from grpo_ctrl.option_types import number
-from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy, load_policy
+from grpo_ctrl.policy import read_checkpoint, save_checkpoint, GaussianPolicy
 from grpo_ctrl.plant import plant_spec, resolve_plant
 from grpo_ctrl.plant_file import read_plant_file
 from grpo_ctrl.randomize import (Randomization, centred_on_fit, default_randomization,
@@ -151,12 +151,6 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
         file_cfg = read_toml(str(out / CONFIG))
     if args.config:
         file_cfg.update(read_toml(args.config))
-    system, preset = args.system or file_cfg.get("system"), args.preset or file_cfg.get("preset")
-    init = getattr(args, "init", None) or file_cfg.get("init")
-    if init and isinstance(init, str) and system is None:  # the plant the policy trained on
-        ck = load_policy(Path(init))[1]
-        system, preset = ck.get("system"), preset or ck.get("preset")
-    system, preset = resolve_plant(system or "pendulum", preset)
     given = {}  # flags first, then the file
     for f in fields(GRPOConfig):
         value = getattr(args, f.name, None)
@@ -169,13 +163,18 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
     init = given.get("init", "")
     if init and not isinstance(init, str):
         raise UserError(f"init must be a run folder or checkpoint path, got {init!r}")
+    # a trained policy to start from names its plant (the default) and fixes its network's
+    # shape and its catch
+    trained_on, fixed = init_policy(init)[1:] if init else ((None, None), {})
+    system = args.system or file_cfg.get("system")
+    preset = args.preset or file_cfg.get("preset") or (trained_on[1] if system is None else None)
+    system, preset = resolve_plant(system or trained_on[0] or "pendulum", preset)
     budget = given.get("time_budget", default_config(system, preset, init=init).time_budget)
     cfg = default_config(system, preset, budget if isinstance(budget, float) else 0.0, init)
-    # a trained policy to start from fixes its network's shape and its catch
-    fixed = init_policy(init, system, preset)[1] if init else {}
     for name, value in {**fixed, **given}.items():
         setattr(cfg, name, value)
-    check_init_fields(cfg, fixed)
+    if init:
+        check_init(cfg, system, preset, trained_on, fixed)
     check_config(cfg)
     table = file_cfg.get("randomize", {})
     if not isinstance(table, dict):

@@ -917,11 +917,10 @@ def test_the_acrobots_fine_tuning_rolls_whole_benchmark_episodes_with_costs_as_t
     trajectory restarting; its costs of effort at costs_early throughout, above the plant's
     own weights (towards the score's ratios)."""
     cfg = default_config("double_pendulum", "acrobot", init="a run")
-    spec = BatchSim("double_pendulum", 1, "acrobot").spec
-    assert cfg.horizon * cfg.action_repeat == spec.max_steps
+    sim = BatchSim("double_pendulum", 1, "acrobot")
+    assert cfg.horizon * cfg.action_repeat == sim.spec.max_steps
     assert (cfg.loss_steps, cfg.gamma, cfg.reset_prob) == (cfg.horizon, 1.0, 1.0)
     assert cfg.costs_from == 1.0 and cfg.costs_early > 1.0
-    sim = BatchSim("double_pendulum", 1, "acrobot")
     m = sim.model
     x, u = np.array([2.0, -0.7, 1.5, -2.5]), np.float32(3.0)
     # the acrobot's motor drives the elbow: its power is u times the elbow's velocity
