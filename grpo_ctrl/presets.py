@@ -72,7 +72,8 @@ TRAINING_DEFAULTS = {
 # (1,000 decisions, all in the loss, undiscounted), 4 x 32 branches each iteration; the costs of
 # effort at 2.5 times the plant's (0.75 of the score's ratios), so a branch's return trades time
 # against effort nearly as the score does; small steps (lr 5e-5, log std -2.5) that keep the
-# swing-up it found (docs/double_pendulum.md, research §19)
+# swing-up it found; 2,000 iterations, as much as two runs of 1,000 one after the other
+# (docs/double_pendulum.md, research §19)
 FINETUNE_DEFAULTS = {
     ("double_pendulum", "acrobot"): {"horizon": 1000, "loss_steps": 1000, "gamma": 1.0,
                                      "reset_prob": 1.0, "num_starts": 4, "group_size": 32,
@@ -80,7 +81,7 @@ FINETUNE_DEFAULTS = {
                                      "log_std_init": -2.5, "log_std_min": -4.0,
                                      "w_smooth": 3.0, "costs_early": 2.5,
                                      "costs_from": 1.0, "time_budget": 0.0,
-                                     "iterations": 1000, "eval_episodes": 1},
+                                     "iterations": 2000, "eval_episodes": 1},
 }
 
 # For a run of at least this many seconds, these replace a preset's training defaults (where
