@@ -96,11 +96,10 @@ def training_defaults(system: str, preset: str, time_budget: float = 0.0,
     """The preset's ``TRAINING_DEFAULTS``, with its ``LONG_BUDGET_DEFAULTS`` on top where
     ``time_budget`` reaches their threshold, or, for a run that starts from a trained
     policy (``init``), its ``FINETUNE_DEFAULTS`` where it has them."""
-    if init and (system, preset) in FINETUNE_DEFAULTS:
-        return {**TRAINING_DEFAULTS.get((system, preset), {}),
-                **FINETUNE_DEFAULTS[(system, preset)]}
-    return {**TRAINING_DEFAULTS.get((system, preset), {}),
-            **long_budget_defaults(system, preset, time_budget)}
+    key = (system, preset)
+    on_top = (FINETUNE_DEFAULTS[key] if init and key in FINETUNE_DEFAULTS
+              else long_budget_defaults(system, preset, time_budget))
+    return {**TRAINING_DEFAULTS.get(key, {}), **on_top}
 
 
 def long_budget_defaults(system: str, preset: str, time_budget: float) -> dict:
