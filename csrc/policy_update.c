@@ -109,28 +109,79 @@ static void prepare(const pu_net *net, parts *p)
   for (int i = 0; i < nz; ++i) p->zeros[i] = 0.0f;
 }
 
-/* Lanes 0..count of the chunk: steps first, first + 1, ... of the flattened
- * rows (branch rows[i / L], step i % L); the rest padded with zeros, whose
- * weight 0 keeps them out of every sum. */
-static void fill(const pu_net *net, const pu_batch *bt, const int64_t *rows, long first, int count,
-                 parts *p)
+/* Where fill is in the flattened steps (branch rows[i / L], step i % L), and
+ * each lane's weight in the average (aggregate_loss): scale per step of a
+ * branch, the grpo aggregation's per branch. */
+typedef struct {
+  long next, total;
+  int agg;
+  double token, dr_grpo;
+  long scaled_row; /* grpo: the branch whose scale row_scale is */
+  double row_scale;
+} cursor;
+
+static double row_mask_sum(const pu_batch *bt, int64_t r)
+{
+  double m = 0.0;
+  for (int t = 0; t < bt->L; ++t) m += bt->mask[(size_t)r * bt->L + t];
+  return m;
+}
+
+/* Whether none of the TILE steps from flattened step i on can move the loss:
+ * each has mask 0 or advantage 0, so its weight or its surrogate is 0, and it
+ * adds exactly 0 to every sum. */
+static int idle_tile(const pu_batch *bt, const int64_t *rows, long i, long total)
+{
+  const int L = bt->L;
+  for (long k = i; k < i + TILE && k < total; ++k) {
+    const size_t at = (size_t)rows[k / L] * (size_t)L + (size_t)(k % L);
+    if (bt->mask[at] != 0.0f && bt->adv[at] != 0.0f) return 0;
+  }
+  return 1;
+}
+
+/* The chunk's lanes: the next steps from the cursor on, each in lane i % TILE
+ * as without skipping (pu_gradient: but for whole tiles of idle_tile, so that
+ * every lane's sums add the same nonzero terms in the same order: the same
+ * bits); the lanes after the last padded with zeros, whose weight 0 keeps
+ * them out of every sum. Returns how many lanes hold steps. */
+static int fill(const pu_net *net, const pu_batch *bt, const int64_t *rows, int nrows,
+                int every, cursor *c, parts *p)
 {
   const int n = net->nobs, L = bt->L;
   float *x = p->in + (size_t)net->nfeat * PITCH;
-  for (int s = 0; s < CHUNK; ++s) {
-    if (s < count) {
-      const long i = first + s;
-      const size_t at = (size_t)rows[i / L] * (size_t)L + (size_t)(i % L);
-      for (int k = 0; k < n; ++k) x[(size_t)k * PITCH + s] = bt->obs[at * n + k];
-      p->lane_z[s] = bt->z[at];
-      p->lane_logp_old[s] = bt->logp_old[at];
-      p->lane_adv[s] = bt->adv[at];
-      p->lane_mask[s] = bt->mask[at];
-    } else {
-      for (int k = 0; k < n; ++k) x[(size_t)k * PITCH + s] = 0.0f;
-      p->lane_z[s] = p->lane_logp_old[s] = p->lane_adv[s] = p->lane_mask[s] = 0.0f;
+  int s = 0;
+  for (; s < CHUNK && c->next < c->total; ++c->next, ++s) {
+    const long i = c->next;
+    if (!every && i % TILE == 0 && idle_tile(bt, rows, i, c->total)) {
+      c->next += TILE - 1; /* and the loop's 1: the tile's lanes are not taken */
+      --s;
+      continue;
     }
+    const size_t at = (size_t)rows[i / L] * (size_t)L + (size_t)(i % L);
+    for (int k = 0; k < n; ++k) x[(size_t)k * PITCH + s] = bt->obs[at * n + k];
+    p->lane_z[s] = bt->z[at];
+    p->lane_logp_old[s] = bt->logp_old[at];
+    p->lane_adv[s] = bt->adv[at];
+    p->lane_mask[s] = bt->mask[at];
+    double scale = c->agg == PU_AGG_DR_GRPO ? c->dr_grpo : c->token;
+    if (c->agg == PU_AGG_GRPO) {
+      if (i / L != c->scaled_row) { /* a new branch: its steps' mean weighs 1 / nrows */
+        const double m = row_mask_sum(bt, rows[i / L]);
+        c->row_scale = 1.0 / ((m > 1.0 ? m : 1.0) * nrows);
+        c->scaled_row = i / L;
+      }
+      scale = c->row_scale;
+    }
+    p->lane_weight[s] = (float)(p->lane_mask[s] * scale);
   }
+  const int count = s;
+  for (; s < CHUNK; ++s) {
+    for (int k = 0; k < n; ++k) x[(size_t)k * PITCH + s] = 0.0f;
+    p->lane_z[s] = p->lane_logp_old[s] = p->lane_adv[s] = p->lane_mask[s] = 0.0f;
+    p->lane_weight[s] = 0.0f;
+  }
+  return count;
 }
 
 static void forward(const pu_net *net, parts *p)
@@ -225,13 +276,6 @@ static void backward(const pu_net *net, parts *p)
   }
 }
 
-static double row_mask_sum(const pu_batch *bt, int64_t r)
-{
-  double m = 0.0;
-  for (int t = 0; t < bt->L; ++t) m += bt->mask[(size_t)r * bt->L + t];
-  return m;
-}
-
 int pu_gradient(const pu_net *net, float log_std, const pu_batch *bt, const int64_t *rows,
                 int nrows, int agg, float eps_low, float eps_high, double max_grad_norm,
                 float *grad_log_std, pu_stats *stats, float *work)
@@ -248,32 +292,12 @@ int pu_gradient(const pu_net *net, float log_std, const pu_batch *bt, const int6
     memset(p.gacc[l], 0, sizeof(float) * (size_t)fan_out(net, l) * fan_in(net, l) * TILE);
     memset(p.gbacc[l], 0, sizeof(float) * (size_t)fan_out(net, l) * TILE);
   }
-  const int L = bt->L;
   double mask_sum = 0.0;
   for (int i = 0; i < nrows; ++i) mask_sum += row_mask_sum(bt, rows[i]);
-  /* each step's weight in the average (aggregate_loss) */
-  const double token = 1.0 / (mask_sum > 1.0 ? mask_sum : 1.0);
-  const double dr_grpo = 1.0 / ((double)nrows * L);
+  cursor c = {0, (long)nrows * bt->L, agg, 1.0 / (mask_sum > 1.0 ? mask_sum : 1.0),
+              1.0 / ((double)nrows * bt->L), -1, 0.0};
   sums acc = {0.0, 0.0, 0.0, 0.0};
-  const long total = (long)nrows * L;
-  long scaled_row = -1; /* grpo: the branch whose scale row_scale is */
-  double row_scale = 0.0;
-  for (long first = 0; first < total; first += CHUNK) {
-    const int count = total - first < CHUNK ? (int)(total - first) : CHUNK;
-    fill(net, bt, rows, first, count, &p);
-    for (int s = 0; s < CHUNK; ++s) {
-      double scale = agg == PU_AGG_DR_GRPO ? dr_grpo : token;
-      if (s < count && agg == PU_AGG_GRPO) {
-        const long i = (first + s) / L;
-        if (i != scaled_row) { /* a new branch: its steps' mean weighs 1 / nrows */
-          const double m = row_mask_sum(bt, rows[i]);
-          row_scale = 1.0 / ((m > 1.0 ? m : 1.0) * nrows);
-          scaled_row = i;
-        }
-        scale = row_scale;
-      }
-      p.lane_weight[s] = (float)(p.lane_mask[s] * scale);
-    }
+  while (fill(net, bt, rows, nrows, 0, &c, &p) > 0) {
     forward(net, &p);
     loss_grad(&p, log_std, eps_low, eps_high, &acc);
     backward(net, &p);
@@ -319,12 +343,13 @@ int pu_mean(const pu_net *net, const pu_batch *bt, const int64_t *rows, int nrow
   parts p;
   carve(net, line_aligned(work), &p);
   prepare(net, &p);
-  const long total = (long)nrows * bt->L;
-  for (long first = 0; first < total; first += CHUNK) {
-    const int count = total - first < CHUNK ? (int)(total - first) : CHUNK;
-    fill(net, bt, rows, first, count, &p);
+  cursor c = {0, (long)nrows * bt->L, PU_AGG_TOKEN, 0.0, 0.0, -1, 0.0};
+  for (long first = 0;;) {
+    const int count = fill(net, bt, rows, nrows, 1, &c, &p);
+    if (count == 0) break;
     forward(net, &p);
     for (int s = 0; s < count; ++s) mu[first + s] = p.mu[s];
+    first += count;
   }
   return PU_OK;
 }

@@ -119,6 +119,42 @@ def test_no_step_in_the_loss_gives_a_zero_gradient():
     assert all(float(p.grad.abs().max()) == 0.0 for p in policy.parameters())
 
 
+@pytest.mark.parametrize("idle", ["adv", "mask"])
+def test_steps_that_cannot_move_the_loss_are_skipped_by_whole_tiles(idle):
+    """Branches whose advantage is 0 (groups whose returns all tie) or whose steps are all
+    masked (ended) fill whole tiles of 16 lanes (L = 32), which C skips: observations that
+    would poison any sum they entered (NaN) change no bit of the gradient. Without the skip
+    the weights' lane sums would add the same terms in the same order (the recorded weight
+    hashes, tests/test_weight_hashes.py, hold either way)."""
+    policy = _policy(3, 32, 2, 64, seed=3)
+    batch = _batch(policy, 64, 32, seed=3)
+    idle_rows = torch.arange(64) % 3 == 0
+    getattr(batch, idle)[idle_rows] = 0.0
+    rows = torch.randperm(64, generator=torch.Generator().manual_seed(2))
+    got = []
+    for fill in (0.0, float("nan")):
+        batch.obs[idle_rows] = fill
+        c = CGradient.of(policy, CFG, batch)
+        stats = c.gradient(rows, "token", 0.2, 0.28, 0.0)
+        got.append(([p.grad.clone() for p in policy.parameters()], stats))
+    (clean, clean_stats), (poisoned, poisoned_stats) = got
+    assert math.isfinite(poisoned_stats["loss"]) and poisoned_stats == clean_stats
+    for a, b in zip(clean, poisoned):
+        assert a.abs().max() > 0 and torch.equal(a, b)
+    _, want, *_ = _torch_gradient(policy, _obs_zeroed(batch, idle_rows), rows, "token", 0.2,
+                                  0.28)
+    for w, a in zip(want, clean):
+        np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-5 * float(w.abs().max()))
+
+
+def _obs_zeroed(batch, idle_rows):
+    """The batch with zeros, not NaN, where ``idle_rows`` are (for autograd, which
+    computes every step)."""
+    obs = batch.obs.clone()
+    obs[idle_rows] = 0.0
+    return SimpleNamespace(**{**vars(batch), "obs": obs})
+
+
 def test_a_whole_update_matches_the_torch_update():
     """One grpo_update (two minibatches, Adam, the gradient clip, the KL diagnostic)
     from the same trainer state, with the gradient from C and from autograd."""
