@@ -531,7 +531,6 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
     if backend is None:
         backend = gradient_backend(policy, ref, opt, cfg, gen, average_gradients)
     backend.bind(batch)
-    params = list(policy.parameters())
     max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
     seen = []  # (grad norm, clip low, clip high) of each minibatch
     for _ in range(cfg.epochs):
@@ -539,6 +538,7 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
         for idx in perm.chunk(cfg.minibatches):
             grad_norm, lo, hi = backend.gradient(idx, eps_low, eps_high)
             if grad_norm is None or average_gradients is not None:
+                params = list(policy.parameters())
                 if average_gradients is not None:
                     average_gradients(params)
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
@@ -547,8 +547,8 @@ def grpo_update(policy: GaussianPolicy, ref: GaussianPolicy | None, opt: torch.o
                 policy.log_std.clamp_(min=cfg.log_std_min)
             seen.append((grad_norm, lo, hi))
     kl_old, kl_ref = update_kl(policy, ref, batch, backend, cfg)
-    # each column's mean, as np.mean of it: one conversion, not three
-    grad_norm, clip_low, clip_high = np.array(seen).T.copy().mean(axis=1).tolist()
+    # each column's mean, in plain floats (np.mean's bits up to 8 minibatches)
+    grad_norm, clip_low, clip_high = (sum(column) / len(seen) for column in zip(*seen))
     return {"grad_norm": grad_norm, "clip_low": clip_low, "clip_high": clip_high,
             "kl_old": kl_old, "kl_ref": kl_ref}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import weakref
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch loads OpenMP
 
@@ -53,6 +54,10 @@ def adam(params, lr: float) -> torch.optim.Adam:
         return torch.optim.Adam(params, lr=lr)
 
 
+# fused Adam's step counts, one tensor per optimiser (adam_step)
+_STEP_COUNTERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def adam_step(opt: torch.optim.Optimizer) -> None:
     """``opt.step()``; for fused Adam, its kernel called directly, as torch's own step
     calls it. The same arithmetic on the same state, so checkpoints and results do not
@@ -72,7 +77,18 @@ def adam_step(opt: torch.optim.Optimizer) -> None:
         opt.step()
         return
     steps = [st["step"] for st in states]
-    torch._foreach_add_(steps, 1)
+    counter = _STEP_COUNTERS.get(opt)
+    if (counter is None or len(counter[1]) != len(steps)
+            or any(a is not b for a, b in zip(steps, counter[1]))):
+        # the parameters' step counts, always equal, as views of one tensor: one add,
+        # not a foreach add (3 against 35 us in training)
+        flat = torch.stack(steps)
+        views = flat.unbind()
+        for st, view in zip(states, views):
+            st["step"] = view
+        counter = _STEP_COUNTERS[opt] = (flat, views)
+        steps = list(views)
+    counter[0].add_(1)
     beta1, beta2 = group["betas"]
     torch._fused_adam_(params, [p.grad for p in params], [st["exp_avg"] for st in states],
                        [st["exp_avg_sq"] for st in states], [], steps, amsgrad=False,

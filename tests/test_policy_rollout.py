@@ -175,6 +175,33 @@ def test_networks_c_does_not_run_fall_back_to_torch(arch):
     Trainer(cfg, "pendulum", "gym").step()  # runs, through torch
 
 
+def test_the_c_network_follows_every_change_of_the_policy():
+    """``c_mean_network`` keeps the layers' flat views between calls; what it returns is
+    always the policy as it is, after an in-place update, a ``load_state_dict`` (which
+    copies into the features' B, kept transposed), a replaced parameter and a new
+    normaliser."""
+    p = _policy(3, 2.0, 8, 2, 5, seed=0)
+
+    def fresh():
+        parts = [p._obs_mean, p._obs_inv_std, p.net[0].B.t(), p.net[0].b]
+        parts += [t for m in p.net if isinstance(m, torch.nn.Linear) for t in (m.weight, m.bias)]
+        return torch.cat([t.detach().reshape(-1) for t in parts]).numpy()
+
+    np.testing.assert_array_equal(p.c_mean_network()[1], fresh())
+    with torch.no_grad():
+        p.net[1].weight.add_(0.5)
+    np.testing.assert_array_equal(p.c_mean_network()[1], fresh())
+    p.load_state_dict(_policy(3, 2.0, 8, 2, 5, seed=1).state_dict())
+    np.testing.assert_array_equal(p.c_mean_network()[1], fresh())
+    p.net[-1].bias = torch.nn.Parameter(torch.tensor([3.0]))
+    np.testing.assert_array_equal(p.c_mean_network()[1], fresh())
+    p.obs_norm.update(torch.randn(50, 3) * 4.0)
+    p.refresh_norm()
+    got = p.c_mean_network()[1]
+    np.testing.assert_array_equal(got, fresh())
+    assert got[-1] == 3.0
+
+
 def test_roll_policy_refuses_wrong_buffers():
     sim = BatchSim("pendulum", 4)
     p = _policy(3, 2.0, 8, 1, 0, seed=0)
