@@ -140,11 +140,12 @@ static int idle_tile(const pu_batch *bt, const int64_t *rows, long i, long total
   return 1;
 }
 
-/* The chunk's lanes: the next steps from the cursor on, each in lane i % TILE
- * as without skipping (pu_gradient: but for whole tiles of idle_tile, so that
- * every lane's sums add the same nonzero terms in the same order: the same
- * bits); the lanes after the last padded with zeros, whose weight 0 keeps
- * them out of every sum. Returns how many lanes hold steps. */
+/* Fills the chunk's lanes from the cursor on, step i in lane i % TILE.
+ * pu_gradient (every 0) passes over whole tiles of idle_tile: each lane then
+ * adds the same nonzero terms in the same order as with them, so every sum
+ * keeps its bits. pu_mean (every 1) takes every step. The lanes after the last
+ * are padded with zeros, whose weight 0 keeps them out of every sum. Returns
+ * how many lanes hold steps. */
 static int fill(const pu_net *net, const pu_batch *bt, const int64_t *rows, int nrows,
                 int every, cursor *c, parts *p)
 {

@@ -229,6 +229,7 @@ class GaussianPolicy(nn.Module):
         self.log_std_min = float(log_std_min)
         self.obs_norm = RunningNorm(nobs)
         self.refresh_norm()
+        self._c_layers = (None, [])  # c_mean_network's flat views of the layers, and their key
 
     def refresh_norm(self) -> None:
         """Copy the running statistics into the (frozen) scaling used by forward."""
@@ -265,7 +266,7 @@ class GaussianPolicy(nn.Module):
         # update changes them in place; 3 against 30 us an iteration); B transposed is a
         # copy, made again when B changes (its version: load_state_dict copies in place)
         key = [(id(t), t.data_ptr(), t._version if t is transposed else 0) for t in layers]
-        if getattr(self, "_c_layers", (None,))[0] != key:
+        if self._c_layers[0] != key:
             self._c_layers = (key, [(t.t() if t is transposed else t).detach().reshape(-1)
                                     for t in layers])
         params = torch.cat([self._obs_mean, self._obs_inv_std, *self._c_layers[1]]).numpy()

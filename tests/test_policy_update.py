@@ -68,6 +68,14 @@ def _torch_gradient(policy, batch, rows, agg, eps_low, eps_high):
     return float(loss.detach()), [p.grad.clone() for p in policy.parameters()], low, high, mu.detach()
 
 
+def _obs_zeroed(batch, idle_rows):
+    """The batch with zeros, not NaN, where ``idle_rows`` are (for autograd, which
+    computes every step)."""
+    obs = batch.obs.clone()
+    obs[idle_rows] = 0.0
+    return SimpleNamespace(**{**vars(batch), "obs": obs})
+
+
 CFG = default_config("pendulum", "gym")
 
 
@@ -145,14 +153,6 @@ def test_steps_that_cannot_move_the_loss_are_skipped_by_whole_tiles(idle):
                                   0.28)
     for w, a in zip(want, clean):
         np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-5 * float(w.abs().max()))
-
-
-def _obs_zeroed(batch, idle_rows):
-    """The batch with zeros, not NaN, where ``idle_rows`` are (for autograd, which
-    computes every step)."""
-    obs = batch.obs.clone()
-    obs[idle_rows] = 0.0
-    return SimpleNamespace(**{**vars(batch), "obs": obs})
 
 
 def test_a_whole_update_matches_the_torch_update():
