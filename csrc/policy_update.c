@@ -152,13 +152,13 @@ static int fill(const pu_net *net, const pu_batch *bt, const int64_t *rows, int 
   const int n = net->nobs, L = bt->L;
   float *x = p->in + (size_t)net->nfeat * PITCH;
   int s = 0;
-  for (; s < CHUNK && c->next < c->total; ++c->next, ++s) {
+  while (s < CHUNK && c->next < c->total) {
     const long i = c->next;
     if (!every && i % TILE == 0 && idle_tile(bt, rows, i, c->total)) {
-      c->next += TILE - 1; /* and the loop's 1: the tile's lanes are not taken */
-      --s;
+      c->next += TILE; /* its lanes stay free for the next tile */
       continue;
     }
+    ++c->next;
     const size_t at = (size_t)rows[i / L] * (size_t)L + (size_t)(i % L);
     for (int k = 0; k < n; ++k) x[(size_t)k * PITCH + s] = bt->obs[at * n + k];
     p->lane_z[s] = bt->z[at];
@@ -175,6 +175,7 @@ static int fill(const pu_net *net, const pu_batch *bt, const int64_t *rows, int 
       scale = c->row_scale;
     }
     p->lane_weight[s] = (float)(p->lane_mask[s] * scale);
+    ++s;
   }
   const int count = s;
   for (; s < CHUNK; ++s) {
