@@ -470,10 +470,16 @@ def fly_uno_on_simavr(tmp_path: Path, policy: Path, angle0: float, capsys,
         chip = proc.stderr.read()
     rows = [r for r in read_telemetry(log) if r["kind"] == "state"]
     armed = [r for r in rows if int(r["mode"]) == 1]
-    assert len(armed) > 1900 and all(int(r["flags"]) & FLAG_ON_DEVICE for r in armed)
-    # the chip's time is the loop's: simavr, held to the wall clock, ran no faster
+    assert armed and all(int(r["flags"]) & FLAG_ON_DEVICE for r in armed)
+    # the chip's time is the loop's: simavr, held to the wall clock, ran no faster; on a
+    # host that cannot keep it up, slower, and the 10 s hold fewer of its ticks
     m = re.search(r"([0-9.]+) s of chip time in ([0-9.]+) s", chip)
     assert m and float(m.group(1)) <= float(m.group(2)) * 1.01, chip
+    pace = float(m.group(1)) / float(m.group(2))
+    armed_s = (armed[-1]["dev_t_us"] - armed[0]["dev_t_us"]) * 1e-6
+    # armed the whole run, and each of the chip's 200 ticks a second reached the host
+    assert armed_s >= 0.95 * 10.0 * pace and len(armed) >= 0.99 * 200 * armed_s, (armed_s, chip)
+    assert armed_s >= 5.0, f"simavr ran at {pace:.2f} of real time: too slow for the task; {chip}"
     return s, armed, chip
 
 
