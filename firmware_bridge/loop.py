@@ -67,6 +67,7 @@ class ControlLoop:
         self.next_command = 0.0
         self.r = _Run()
         self.last_state_seq = self.last_state_t_us = 0   # the newest STATE received
+        self.other_frames = 0   # frames of other types since it (they take sequence numbers)
         self.armed = False
         self.arming = False   # ARM sent, not yet confirmed
         self.ended = "completed"
@@ -126,7 +127,12 @@ class ControlLoop:
         r = self.r
         r.states += 1
         r.first_t_us = s.t_us if r.first_t_us is None else r.first_t_us
-        obs = self.observe(s)
+        # the device's ticks since the last STATE: a STATE a tick, so the sequence numbers
+        # between them less the other frames seen (a frame the line lost counts as a tick)
+        ticks = None if r.states == 1 else \
+            ((f.seq - self.last_state_seq) & 0xFFFFFFFF) - self.other_frames
+        self.other_frames = 0
+        obs = self.observe(s, ticks)
         action, tx = None, None
         if answer and self.armed and s.mode == P.MODE_ARMED and not self.stop.is_set() and \
                 rx >= self.next_command:
@@ -158,15 +164,16 @@ class ControlLoop:
             self.r.fault = self.r.fault or P.FAULTS.get(s.fault, "unknown")
             raise _DeviceStopped()
 
-    def observe(self, s: P.State) -> np.ndarray:
-        """The observation, or ``Abort`` for a STATE that cannot give one."""
+    def observe(self, s: P.State, ticks: int | None = None) -> np.ndarray:
+        """The observation, or ``Abort`` for a STATE that cannot give one; ``ticks``: the
+        device's since the last STATE (``Features``)."""
         if len(s.pos) != self.info.n_channels:
             raise Abort(f"the device sent a STATE with {len(s.pos)} channels, its INFO says "
                         f"{self.info.n_channels}; check the firmware")
         if not math.isfinite(s.actuator):
             raise Abort(f"the device reports a non-finite actuator value ({s.actuator}); "
                         "check the firmware")
-        obs = self.features(s)
+        obs = self.features(s, ticks)
         if not np.all(np.isfinite(obs)):
             raise Abort(f"the device's counts give a non-finite observation {obs}; check the "
                         "firmware's counts per unit")
@@ -186,6 +193,8 @@ class ControlLoop:
         ``answer``). A frame whose handling fails
         is logged as ``failed`` before the error goes on (while stopping, the
         error is only logged: the safe stop goes on)."""
+        if f.type != P.State.TYPE:
+            self.other_frames += 1
         try:
             msg = P.decode_message(f)
         except P.ProtocolError:

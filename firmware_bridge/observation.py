@@ -21,7 +21,9 @@ class Features:
     (``grpo_ctrl.plant.Observer``) makes the observation of it: the simulator
     and the rig cannot disagree on what a policy sees. ``estimator``, when
     set (``run --estimator``): a ``grpo_ctrl.estimator.ModelEstimator`` whose
-    state replaces the device's."""
+    state replaces the device's (``ticks``: the device's ticks since the last
+    STATE, where the caller counts them; else the estimator counts them from
+    the STATEs' times)."""
 
     def __init__(self, info: P.Info):
         self.system = info.system_name
@@ -48,12 +50,12 @@ class Features:
         self._observe = Observer(self.spec)
         self.estimator = None
 
-    def __call__(self, s: P.State) -> np.ndarray:
+    def __call__(self, s: P.State, ticks: int | None = None) -> np.ndarray:
         n = len(self._position)
         self._x[self._position] = np.asarray(s.pos[:n], float) * self.scale
         self._x[self._velocity] = np.asarray(s.vel[:n], float) * self.scale
         if self.estimator is not None:
-            return self._observe(self.estimator.update(self._x, s.t_us, s.actuator))
+            return self._observe(self.estimator.update(self._x, s.t_us, s.actuator, ticks))
         return self._observe(self._x)
 
     def angle(self, obs: np.ndarray) -> float:

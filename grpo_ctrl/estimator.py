@@ -42,12 +42,17 @@ class ModelEstimator:
     """Positions and velocities of ``num_envs`` plants of ``spec`` from
     measurements each ``period_s``.
 
-    ``update(x, t_us, applied)`` takes the measured states ``(nx,)`` or
-    ``(num_envs, nx)`` (their velocities are used only to start from), the
-    time in microseconds and the torque applied from now until the next
-    tick (a scalar or ``(num_envs,)``), and returns the estimates, shaped as
-    ``x``. ``plant``: a fitted plant (``grpo_ctrl.plant_file.PlantValues``)
-    instead of the preset."""
+    ``update(x, t_us, applied, ticks=None)`` takes the measured states
+    ``(nx,)`` or ``(num_envs, nx)`` (their velocities are used only to start
+    from), the time in microseconds, the torque applied from now until the
+    next tick (a scalar or ``(num_envs,)``) and, where the caller counts
+    them, the device's ticks since the last update, and returns the
+    estimates, shaped as ``x``. Without ``ticks`` they are counted from the
+    time; but a device's tick may run late with its plant on schedule (a
+    loaded host's HIL, by more than a period, then the next at once), and a
+    count from the time then steps the model twice, then not at all.
+    ``plant``: a fitted plant (``grpo_ctrl.plant_file.PlantValues``) instead
+    of the preset."""
 
     def __init__(self, spec: PlantSpec, period_s: float, bandwidth_hz: float, plant=None,
                  num_envs: int = 1):
@@ -78,11 +83,14 @@ class ModelEstimator:
         self.sim.reset()
         self.sim.set_state({"x": self.x})
 
-    def update(self, x: np.ndarray, t_us: int, applied) -> np.ndarray:
+    def update(self, x: np.ndarray, t_us: int, applied, ticks: int | None = None) -> np.ndarray:
         one = np.ndim(x) == 1
         x = np.atleast_2d(x)
-        ticks = 0 if self.x is None else round((t_us - self.t_us) / self.period_us)
-        fresh = self.x is None or not 0 <= ticks <= MAX_GAP_TICKS  # a stall, a clock gone back
+        by_time = 0 if self.x is None else round((t_us - self.t_us) / self.period_us)
+        ticks = by_time if ticks is None or self.x is None else ticks
+        # a stall or a clock gone back, by the count or by the time
+        fresh = (self.x is None or not 0 <= ticks <= MAX_GAP_TICKS
+                 or not 0 <= by_time <= MAX_GAP_TICKS)
         if fresh:
             self.restart(x)
         if not (fresh or ticks == 0):  # (0: the same tick again)
