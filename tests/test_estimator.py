@@ -216,7 +216,8 @@ def test_the_run_loop_counts_the_ticks_between_states_by_their_sequence():
             pass
 
     class Features:
-        ticks = []
+        def __init__(self):
+            self.ticks = []
 
         def __call__(self, s, ticks=None):
             self.ticks.append(ticks)
@@ -228,17 +229,19 @@ def test_the_run_loop_counts_the_ticks_between_states_by_their_sequence():
     info = SimpleNamespace(period_us=2000, watchdog_us=4000, n_channels=2)
     loop = ControlLoop(None, info, Features(), None, Rows(), threading.Event())
 
-    def state(seq):
+    def state(seq):   # 3.1 ms apart: by the time, two ticks each
         s = P.State(7_000_000 + 3_100 * seq, 0, P.LATENCY_UNKNOWN, 0.0, 0, 0, 0, pos=(0, 0),
                     vel=(0, 0))
         return P.Frame(P.State.TYPE, seq, s.pack())
 
-    status = P.Frame(P.Status.TYPE, 0, b"")   # fails to decode: still a frame of its own
-    ack = P.Frame(P.Ack.TYPE, 0, P.Ack(0x02, 5, 0, 0).pack())
-    frames = [state(10), state(11), (ack, 12), state(13), (status, 14), (ack, 15), state(16),
-              state(18), state(19)]               # 17: lost in the line
-    for f in frames:
-        f = P.Frame(f[0].type, f[1], f[0].payload) if isinstance(f, tuple) else f
+    def ack(seq):
+        return P.Frame(P.Ack.TYPE, seq, P.Ack(0x02, 5, 0, 0).pack())
+
+    def status(seq):   # fails to decode: still a frame of its own
+        return P.Frame(P.Status.TYPE, seq, b"")
+
+    for f in (state(10), state(11), ack(12), state(13), status(14), ack(15), state(16),
+              state(18), state(19)):   # 17: lost in the line
         loop.take(f, 0.0, answer=False)
     assert loop.features.ticks == [None, 1, 1, 1, 2, 1]
 

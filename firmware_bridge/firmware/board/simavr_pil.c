@@ -188,8 +188,8 @@ int main(int argc, char **argv)
   uart_pty_connect(&pty, '0');
   /* simavr's UART "poll sleep" (on by default, for programs that spin on an
    * idle UART) sleeps in wall time on reads of its status; the sketch's
-   * serial reads it as it sends, and those sleeps held the chip to about
-   * half of real time. The bench's own hold is the only pacing. */
+   * serial reads it as it sends, and those sleeps held the chip below real
+   * time (0.5 to 0.9 of it). The bench's own hold is the only pacing. */
   uint32_t uart_flags = 0;
   avr_ioctl(avr, AVR_IOCTL_UART_GET_FLAGS('0'), &uart_flags);
   uart_flags &= ~(uint32_t)AVR_UART_FLAG_POLL_SLEEP;
