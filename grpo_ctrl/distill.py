@@ -44,7 +44,9 @@ class DistillConfig:
 
 def distill(teacher, cfg: DistillConfig, log=print) -> tuple:
     """The student ``GaussianPolicy`` distilled from ``teacher`` (a controller,
-    ``grpo_ctrl.controller``'s contract) and per round ``(beta, samples, loss)``."""
+    ``grpo_ctrl.controller``'s contract) and per round ``(beta, samples, loss before, loss
+    after)``: the teacher's share of the round's rollouts, the states gathered so far, and
+    the student's imitation loss on all of them before and after the round's fit."""
     import torch
 
     from grpo_ctrl.policy import GaussianPolicy
@@ -86,17 +88,24 @@ def distill(teacher, cfg: DistillConfig, log=print) -> tuple:
                 u = torch.where(torch.from_numpy(with_teacher), u_t, u_s)
                 obs = sim.step(u.numpy().astype(np.float32))[0].copy()
         x, y = torch.cat(xs), torch.cat(ys)
+
+        def imitation_loss(rows=slice(None)):  # of u_max squared
+            u_s = spec.u_max * torch.tanh(student.mu(student.normalise(x[rows])))
+            return ((u_s - y[rows]) ** 2).mean() / spec.u_max ** 2
+
+        with torch.no_grad():
+            before = imitation_loss().item()
         for _ in range(cfg.steps):
-            i = torch.randint(0, len(x), (cfg.batch,))
-            u_s = spec.u_max * torch.tanh(student.mu(student.normalise(x[i])))
-            loss = ((u_s - y[i]) ** 2).mean() / spec.u_max ** 2
+            loss = imitation_loss(torch.randint(0, len(x), (cfg.batch,)))
             opt.zero_grad()
             loss.backward()
             opt.step()
+        with torch.no_grad():
+            after = imitation_loss().item()
         rnd += 1
-        history.append((beta, len(x), loss.item()))
-        log(f"round {rnd}: teacher's share {beta:.3g}, {len(x)} states, loss {history[-1][2]:.3g} "
-            f"(of u_max squared), {time.monotonic() - start:.0f} s")
+        history.append((beta, len(x), before, after))
+        log(f"round {rnd}: teacher's share {beta:.3g}, {len(x)} states, loss on them "
+            f"{before:.3g} -> {after:.3g} (of u_max squared), {time.monotonic() - start:.0f} s")
         if (rnd >= cfg.rounds if cfg.rounds else time.monotonic() - start >= cfg.time_budget):
             return student, history
 
@@ -162,6 +171,6 @@ def run(args) -> int:
     student, history = distill(teacher, cfg)
     path = save_run(student, spec, cfg, args.teacher, out)
     print(f"distilled {args.teacher} into {spec.nobs}-{'-'.join([str(hidden)] * layers)}-1 in "
-          f"{len(history)} rounds (final loss {history[-1][2]:.3g} of u_max squared): {path}; "
+          f"{len(history)} rounds (final loss {history[-1][3]:.3g} of u_max squared): {path}; "
           f"evaluate with grpo-ctrl eval {out} --against {args.teacher}")
     return 0

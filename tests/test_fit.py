@@ -113,8 +113,11 @@ def test_fit_refuses_a_plant_the_boards_do_not_run():
 def test_distill_puts_the_swing_up_lqr_into_a_small_network(tmp_path, capsys):
     """grpo-ctrl distill, DAgger on the simulator: the swing-up LQR baseline
     (energy pumping, LQR near upright; 100 % success on the rig) imitated by
-    a 3-8-8-1 network for a few rounds; the imitation loss falls and the
-    student, evaluated like a trained run on held-out starts, swings up."""
+    a 3-8-8-1 network for a few rounds; each round's fit lowers the imitation loss
+    on the states gathered so far (the first, from an untrained student, by more than
+    40 %), and the student, evaluated like a trained run on
+    held-out starts, swings up. (The loss from round to round is on a growing set of
+    the student's own, harder states, so it need not fall.)"""
     from grpo_ctrl import distill
     from grpo_ctrl.controller import load_controller
 
@@ -123,7 +126,9 @@ def test_distill_puts_the_swing_up_lqr_into_a_small_network(tmp_path, capsys):
     student, history = distill.distill(teacher, cfg, log=lambda *_: None)
     assert [h[0] for h in history] == [1.0, 0.5, 0.25]  # the teacher's share, halving
     assert [h[1] for h in history] == [32000, 64000, 96000]  # every 4th of 2000 steps x 64
-    assert history[-1][2] < history[0][2]
+    # (teacher's share, states, loss before the round's fit, after it)
+    assert history[0][3] < 0.6 * history[0][2], history
+    assert all(after < before for *_, before, after in history), history
     run = tmp_path / "student"
     distill.save_run(student, teacher.spec, cfg, "swingup-lqr", run)
     assert main(["eval", str(run), "--episodes", "50"]) == 0

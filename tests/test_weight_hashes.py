@@ -2,26 +2,35 @@
 150-iteration run hash to the recorded value.
 
 A change meant to leave the defaults' arithmetic alone (a refactor, a faster
-kernel) must leave these hashes alone. The bits depend on the CPU's kernels:
-torch picks its vector kernels by ``torch.backends.cpu.get_cpu_capability()``
-(AVX512, AVX2, ...; the environment variable ATEN_CPU_CAPABILITY lowers it),
-so the values are recorded per capability, and a machine with another one
-skips, naming it. The C kernels' SIMD paths (csrc/policy_simd.h) give the same
-bits on every path, so they are not part of the key.
+kernel) must leave these hashes alone. The bits depend on the CPU's kernels in
+two places. torch picks its vector kernels by
+``torch.backends.cpu.get_cpu_capability()`` (AVX512, AVX2, ...; the environment
+variable ATEN_CPU_CAPABILITY lowers it). And torch's BLAS and vector math are
+Intel's MKL, which picks its own code by CPU vendor and model: on an Intel Xeon
+its AVX-512 exp rounds the policy's std differently in the last bit from what it
+gives an AMD EPYC, and its matrix products (the presets whose gradient torch
+computes) add in another order. So the values are recorded per capability and
+vendor, and a machine with another pair skips, naming it. The C kernels' SIMD
+paths (csrc/policy_simd.h) give the same bits on every path, so they are not part
+of the key.
 
-Recorded on an AMD EPYC (Zen 4) with torch 2.13.0: AVX512 natively, AVX2 with
-ATEN_CPU_CAPABILITY=avx2 (the same values; ``test_avx2_kernels_on_an_avx512_machine``
-checks one in a subprocess where the CPU allows). They are the hashes of the code at
-the tag research-2026-12, before the refuted options were removed, but for the double
-pendulum's, recorded again when its reward took the leaderboard score's costs of effort,
-for the two presets with Fourier features, recorded again when the features' sine
-became a shorter polynomial (csrc/policy_dense.h), and for the acrobot when its preset
-took the LQR's catch and its costs of effort at 10 % throughout.
+Recorded with torch 2.13.0 (2.14.1 gives the same bits): on an AMD EPYC (Zen 4,
+family 25 model 17) and an Intel Xeon (AVX-512 with AMX, family 6 model 167),
+AVX512 natively, AVX2 with ATEN_CPU_CAPABILITY=avx2 (the same values on each
+vendor; ``test_avx2_kernels_on_an_avx512_machine`` checks one in a subprocess
+where the CPU allows). The AMD values are the hashes of the code at the tag
+research-2026-12, before the refuted options were removed, but for the double
+pendulum's, recorded again when its reward took the leaderboard score's costs of
+effort, for the two presets with Fourier features, recorded again when the
+features' sine became a shorter polynomial (csrc/policy_dense.h), and for the
+acrobot when its preset took the LQR's catch and its costs of effort at 10 %
+throughout.
 """
 import dataclasses
 import hashlib
 import json
 import os
+import platform
 import subprocess
 import sys
 
@@ -36,9 +45,10 @@ from grpo_ctrl.plant import presets, systems
 from grpo_ctrl.train import train
 
 ITERATIONS = 150
-# (system, preset) -> weights hash of the serial run, per torch CPU capability
+AMD, INTEL = "AuthenticAMD", "GenuineIntel"
+# (torch CPU capability, CPU vendor) -> (system, preset) -> weights hash of the serial run
 EXPECTED = {
-    "AVX512": {
+    ("AVX512", AMD): {
         ("pendulum", "gym"): "9cc8e6ed9aca3957",
         ("pendulum", "rig"): "5722726c9746e15a",
         ("cartpole", "gym"): "57a268be5f57923a",
@@ -50,9 +60,24 @@ EXPECTED = {
         ("double_pendulum", "acrobot-real"): "6f3bdb3ccc5226b2",
         ("double_pendulum", "pendubot-real"): "8b73e7bbc5cc1215",
     },
+    ("AVX512", INTEL): {
+        ("pendulum", "gym"): "c69858708cbe286c",
+        ("pendulum", "rig"): "66bbdf698b42f85c",
+        ("cartpole", "gym"): "b5b2b1d4fd251f08",
+        ("cartpole", "swingup"): "13a484e91379202a",
+        ("furuta", "qube-servo2"): "25a776a34830cbf4",
+        ("pendulum", "realaigym"): "b6aa01b049efbb61",
+        ("double_pendulum", "acrobot"): "2c056fb307f196fb",
+        ("double_pendulum", "pendubot"): "42e462919bb38607",
+        ("double_pendulum", "acrobot-real"): "6d749bd9c4830204",
+        ("double_pendulum", "pendubot-real"): "5237e2e18d8d86e8",
+    },
 }
-# torch's AVX2 kernels give these small networks the same bits (measured on the machine above)
-EXPECTED["AVX2"] = dict(EXPECTED["AVX512"])
+# torch's AVX2 kernels give these small networks the same bits (measured on both machines)
+for _vendor in (AMD, INTEL):
+    EXPECTED[("AVX2", _vendor)] = dict(EXPECTED[("AVX512", _vendor)])
+# the overlap collector's run of the gym pendulum
+EXPECTED_OVERLAP = {("AVX512", AMD): "b5737e3e1ed751aa", ("AVX512", INTEL): "1de65a3098e05ac8"}
 # every preset the simulator has; one without a recorded hash skips, naming itself
 PRESETS = [(system, preset) for system in systems() for preset in presets(system)]
 
@@ -72,16 +97,35 @@ def weights_hash(system: str, preset: str, overlap: bool = False,
     return h.hexdigest()[:16]
 
 
-def _expected(capability: str) -> dict:
-    if not EXPECTED.get(capability):
-        pytest.skip(f"no weight hashes recorded for torch CPU capability {capability!r} "
-                    f"(recorded: {sorted(k for k, v in EXPECTED.items() if v)})")
-    return EXPECTED[capability]
+def cpu_vendor() -> str:
+    """The CPU's vendor string (x86 Linux: /proc/cpuinfo's vendor_id), or what Python
+    knows of the machine."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "vendor_id":
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.machine() or "unknown"
+
+
+def _key(capability: str | None = None) -> tuple:
+    return capability or torch.backends.cpu.get_cpu_capability(), cpu_vendor()
+
+
+def _expected(capability: str | None = None) -> dict:
+    key = _key(capability)
+    if not EXPECTED.get(key):
+        pytest.skip(f"no weight hashes recorded for torch CPU capability {key[0]!r} on a "
+                    f"{key[1]} CPU (recorded: {sorted(k for k, v in EXPECTED.items() if v)})")
+    return EXPECTED[key]
 
 
 @pytest.mark.parametrize("system, preset", PRESETS)
 def test_the_defaults_train_to_the_recorded_weights(system, preset):
-    want = _expected(torch.backends.cpu.get_cpu_capability()).get((system, preset))
+    want = _expected().get((system, preset))
     if want is None:
         pytest.skip(f"no weight hash recorded for {system}/{preset}: record "
                     f"weights_hash({system!r}, {preset!r}) in EXPECTED")
@@ -90,10 +134,10 @@ def test_the_defaults_train_to_the_recorded_weights(system, preset):
 
 def test_overlap_trains_the_gym_pendulum_to_its_recorded_weights():
     """The overlap collector (a second process, one update behind) is deterministic too."""
-    want = {"AVX512": "b5737e3e1ed751aa"}.get(torch.backends.cpu.get_cpu_capability())
+    want = EXPECTED_OVERLAP.get(_key())
     if want is None:
-        pytest.skip(f"no overlap hash recorded for torch CPU capability "
-                    f"{torch.backends.cpu.get_cpu_capability()!r}")
+        pytest.skip(f"no overlap hash recorded for torch CPU capability {_key()[0]!r} on a "
+                    f"{_key()[1]} CPU")
     assert weights_hash("pendulum", "gym", overlap=True) == want
 
 
