@@ -2,7 +2,7 @@
 """The policy's C kernels on every SIMD path this CPU runs, side by side.
 
 For each path (csrc/policy_simd.h: avx512, avx2, baseline, plain; the same bits
-on each) the time of one rollout step's mean network (the default gym-pendulum
+on each; then avx512+fma and avx2+fma, which round each product with its sum) the time of one rollout step's mean network (the default gym-pendulum
 policy: 64 Fourier features, 2 x 32 ReLU, on 256 branches; ``pr_mean``) and of
 one update minibatch's gradient (4,096 loss steps; ``pu_gradient``), in one
 process and interleaved round by round, with the ratio to the widest path.
@@ -227,11 +227,13 @@ def main(argv=None) -> int:
             return 1
         ref = got
 
+    # the fused paths (+fma) round each product with its sum: not the same bits, timed beside
+    fused = ffi.string(lib.pr_simd_fused_paths()).decode().split()
     rows = {}  # name -> (rollout fn or None, update fn or None)
-    for path in paths:
+    for path in paths + fused:
         rows[f"C {path}"] = (path, k.rollout_step, k.update_minibatch)
     products = Products(shapes(policy, BRANCHES))
-    for path in paths:
+    for path in paths + fused:
         rows[f"C {path}, products only"] = (path, products.run, None)
     libs = []
     try:
@@ -285,7 +287,8 @@ def main(argv=None) -> int:
     base_r, base_u = med[f"C {paths[0]}", "rollout"], med[f"C {paths[0]}", "update"]
     print(f"CPU: {cpu_model()}")
     print(f"SIMD paths this CPU runs: {' '.join(paths)} (baseline = "
-          f"{ffi.string(lib.pr_simd_baseline()).decode()}); in use: {start}")
+          f"{ffi.string(lib.pr_simd_baseline()).decode()}); fused: {' '.join(fused) or 'none'}; "
+          f"in use: {start}")
     print(f"libraries: {'; '.join(libs)}")
     print(f"rollout step: the mean network on {BRANCHES} branches; update: one minibatch's "
           f"gradient, {STEPS} steps; median of {args.rounds} interleaved rounds")

@@ -21,6 +21,10 @@
 #include "policy_simd.h"
 #include "policy_targets.h"
 
+#if PR_HAVE_V3
+#include <immintrin.h> /* the +fma paths' fused multiply-adds */
+#endif
+
 #if defined(__GNUC__)
 #define PR_UNUSED __attribute__((unused))
 #define PR_NOINLINE __attribute__((noinline))
@@ -199,6 +203,8 @@ typedef float pr_vec4 __attribute__((vector_size(16), aligned(4), may_alias));
 #define K_GJB 2
 #define K_GIB 4
 #endif
+#define K_MADD(c, a, b) ((c) + (a) * (b))
+#define K_SPLAT(w) (w)
 #include "policy_kernels.h"
 #endif
 
@@ -217,6 +223,21 @@ typedef float pr_vec8 __attribute__((vector_size(32), aligned(4), may_alias));
 #define K_DNT 3
 #define K_GJB 3
 #define K_GIB 3
+#define K_MADD(c, a, b) ((c) + (a) * (b))
+#define K_SPLAT(w) (w)
+#include "policy_kernels.h"
+
+/* avx2+fma: the same blocks, each product fused with its sum */
+#define K_NAME(f) f##_v3f
+#define K_ATTR PR_V3 PR_UNUSED
+#define K_VEC pr_vec8
+#define K_V 8
+#define K_DJB 4
+#define K_DNT 3
+#define K_GJB 3
+#define K_GIB 3
+#define K_MADD(c, a, b) ((pr_vec8)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#define K_SPLAT(w) _mm256_set1_ps(w)
 #include "policy_kernels.h"
 #endif
 
@@ -234,6 +255,21 @@ typedef float pr_vec16 __attribute__((vector_size(64), aligned(4), may_alias));
 #define K_DNT 4
 #define K_GJB 4
 #define K_GIB 4
+#define K_MADD(c, a, b) ((c) + (a) * (b))
+#define K_SPLAT(w) (w)
+#include "policy_kernels.h"
+
+/* avx512+fma: the same blocks, each product fused with its sum */
+#define K_NAME(f) f##_v4f
+#define K_ATTR PR_V4 PR_UNUSED
+#define K_VEC pr_vec16
+#define K_V 16
+#define K_DJB 4
+#define K_DNT 4
+#define K_GJB 4
+#define K_GIB 4
+#define K_MADD(c, a, b) ((pr_vec16)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
+#define K_SPLAT(w) _mm512_set1_ps(w)
 #include "policy_kernels.h"
 #endif
 
@@ -245,9 +281,11 @@ static inline void dense(int S, int nb, int nin, int nout, const float *W, const
   switch (pr_simd_level()) {
 #if PR_HAVE_V4
   case PR_SIMD_AVX512: dense_v4(S, nb, nin, nout, W, bias, in, out, act); return;
+  case PR_SIMD_AVX512_FMA: dense_v4f(S, nb, nin, nout, W, bias, in, out, act); return;
 #endif
 #if PR_HAVE_V3
   case PR_SIMD_AVX2: dense_v3(S, nb, nin, nout, W, bias, in, out, act); return;
+  case PR_SIMD_AVX2_FMA: dense_v3f(S, nb, nin, nout, W, bias, in, out, act); return;
 #endif
 #if PR_HAVE_VEC
   case PR_SIMD_BASELINE: dense_base(S, nb, nin, nout, W, bias, in, out, act); return;
@@ -263,9 +301,11 @@ static inline void grad_acc(int S, int n, int nin, int nout, const float *dy, co
   switch (pr_simd_level()) {
 #if PR_HAVE_V4
   case PR_SIMD_AVX512: grad_acc_v4(S, n, nin, nout, dy, x, gacc, gbacc); return;
+  case PR_SIMD_AVX512_FMA: grad_acc_v4f(S, n, nin, nout, dy, x, gacc, gbacc); return;
 #endif
 #if PR_HAVE_V3
   case PR_SIMD_AVX2: grad_acc_v3(S, n, nin, nout, dy, x, gacc, gbacc); return;
+  case PR_SIMD_AVX2_FMA: grad_acc_v3f(S, n, nin, nout, dy, x, gacc, gbacc); return;
 #endif
 #if PR_HAVE_VEC
   case PR_SIMD_BASELINE: grad_acc_base(S, n, nin, nout, dy, x, gacc, gbacc); return;

@@ -6,14 +6,19 @@
  *   K_VEC, K_V  its vector type (policy_dense.h) and floats in it
  *   K_DJB, K_DNT  dense's block: K_DJB outputs by K_DNT vectors of samples
  *   K_GJB, K_GIB  grad_acc's block: K_GJB outputs by K_GIB inputs
+ *   K_MADD(c, a, b)  c + a b for vectors: rounded twice (the exact paths) or
+ *               once, a fused multiply-add (the +fma paths)
+ *   K_SPLAT(w)  the float w as K_MADD's a: w itself where a float multiplies a
+ *               vector (the exact paths), else a vector of w
  * They are undefined at the end. A block's accumulators, plus the vectors it
  * loads each step, fit the path's registers (16 for AVX2 and SSE2, 32 for
  * AVX-512 and NEON).
  *
- * Each kernel gives its plain loop's result (dense_plain, grad_acc_plain in
+ * Each exact kernel gives its plain loop's result (dense_plain, grad_acc_plain in
  * policy_dense.h) bit for bit: every lane of every output sees the same
  * products added in the same order; only which lanes share a register, and
- * which outputs share a load, differ.
+ * which outputs share a load, differ. A fused one adds the same products in the
+ * same order, each rounded once with its sum.
  */
 
 /* dense's remainder blocks of 4 outputs fit its accumulators */
@@ -36,7 +41,7 @@ static inline __attribute__((always_inline)) K_ATTR void K_NAME(dense_block)(
     for (int u = 0; u < NT; ++u) xv[u] = *(const K_VEC *)(x + u * K_V);
     for (int a = 0; a < JB; ++a) {
       const float w = W[(size_t)(j + a) * nin + i];
-      for (int u = 0; u < NT; ++u) acc[a][u] += w * xv[u];
+      for (int u = 0; u < NT; ++u) acc[a][u] = K_MADD(acc[a][u], K_SPLAT(w), xv[u]);
     }
   }
   for (int a = 0; a < JB; ++a)
@@ -102,7 +107,7 @@ static inline __attribute__((always_inline)) K_ATTR void K_NAME(grad_block)(
     for (int a = 0; a < JB; ++a) dv[a] = *(const K_VEC *)(d + (size_t)a * S + t);
     for (int c = 0; c < IB; ++c) xv[c] = *(const K_VEC *)(xi + (size_t)c * S + t);
     for (int a = 0; a < JB; ++a)
-      for (int c = 0; c < IB; ++c) acc[a][c] += dv[a] * xv[c];
+      for (int c = 0; c < IB; ++c) acc[a][c] = K_MADD(acc[a][c], dv[a], xv[c]);
   }
   for (int a = 0; a < JB; ++a)
     for (int c = 0; c < IB; ++c) *(K_VEC *)(g + ((size_t)a * nin + c) * TILE) = acc[a][c];
@@ -160,3 +165,5 @@ K_ATTR PR_NOINLINE static void K_NAME(grad_acc)(int S, int n, int nin, int nout,
 #undef K_DNT
 #undef K_GJB
 #undef K_GIB
+#undef K_MADD
+#undef K_SPLAT

@@ -10,7 +10,9 @@
 #include "policy_dense.h"
 #include "policy_targets.h"
 
-static const char *const NAMES[] = {"plain", "baseline", "avx2", "avx512"};
+static const char *const NAMES[] = {"plain", "baseline", "avx2", "avx512", "avx2+fma",
+                                     "avx512+fma"};
+#define NPATHS 6
 
 /* The widest level this CPU and build run. */
 static int widest(void)
@@ -29,9 +31,18 @@ static int widest(void)
 
 static int parse(const char *name)
 {
-  for (int l = 0; l < 4; ++l)
+  for (int l = 0; l < NPATHS; ++l)
     if (strcmp(name, NAMES[l]) == 0) return l;
   return -1;
+}
+
+/* Level l capped at the widest the CPU runs, top; a fused one stays fused where its
+ * exact width is avx2 or wider (every CPU with AVX2 here has FMA: widest). */
+static int capped(int l, int top)
+{
+  const int fused = l >= PR_SIMD_AVX2_FMA, width = fused ? l - 2 : l;
+  const int w = width < top ? width : top;
+  return fused && w >= PR_SIMD_AVX2 ? w + 2 : w;
 }
 
 static int level = -1;
@@ -43,11 +54,11 @@ static int from_env(void)
   if (!s || !*s) return top;
   const int l = parse(s);
   if (l < 0) {
-    fprintf(stderr, "error: GRPO_CTRL_SIMD=%.40s is not a SIMD path; this CPU runs: %s\n", s,
-            pr_simd_paths());
+    fprintf(stderr, "error: GRPO_CTRL_SIMD=%.40s is not a SIMD path; this CPU runs: %s%s%s\n",
+            s, pr_simd_paths(), *pr_simd_fused_paths() ? " " : "", pr_simd_fused_paths());
     exit(2);
   }
-  return l < top ? l : top;
+  return capped(l, top);
 }
 
 int pr_simd_level(void)
@@ -70,6 +81,12 @@ const char *pr_simd_paths(void)
   return LISTS[widest()];
 }
 
+const char *pr_simd_fused_paths(void)
+{
+  static const char *const LISTS[] = {"", "", "avx2+fma", "avx512+fma avx2+fma"};
+  return LISTS[widest()];
+}
+
 const char *pr_simd_baseline(void)
 {
 #if defined(__x86_64__)
@@ -85,8 +102,7 @@ int pr_simd_select(const char *name)
 {
   const int l = name ? parse(name) : -1;
   if (l < 0) return -1;
-  const int top = widest();
-  level = l < top ? l : top;
+  level = capped(l, widest());
   return level;
 }
 

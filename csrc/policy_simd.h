@@ -9,12 +9,17 @@
  * reference the others are checked against). Every path computes each output
  * by the same float operations in the same order (no fused multiply-adds:
  * the library is compiled with -ffp-contract=off), so all give the same bits.
+ * "avx2+fma" and "avx512+fma" are those two with each product fused with its
+ * sum: the same products in the same order, rounded once instead of twice, so
+ * their bits differ from the others' (by a few units in the last place of a
+ * layer's output); chosen by name only, for CPUs whose adds share the
+ * multipliers' ports (Intel's), where they are faster.
  *
  * The widest path the CPU runs is taken, unless the environment variable
  * GRPO_CTRL_SIMD names another; it is read once, when the library loads (or
  * at the first kernel call where the compiler has no load-time hook). A path
- * wider than the CPU runs is capped at the widest it does; a name that is
- * none of the four stops the program with a one-line error and exit status 2.
+ * wider than the CPU runs is capped at the widest it does (keeping +fma); a name
+ * that is none of the six stops the program with a one-line error and exit status 2.
  */
 #ifndef POLICY_SIMD_H
 #define POLICY_SIMD_H
@@ -23,13 +28,19 @@
 #define PR_SIMD_BASELINE 1
 #define PR_SIMD_AVX2 2
 #define PR_SIMD_AVX512 3
+#define PR_SIMD_AVX2_FMA 4
+#define PR_SIMD_AVX512_FMA 5
 
-/* The path in use: "avx512", "avx2", "baseline" or "plain". */
+/* The path in use: "avx512", "avx2", "baseline", "plain", "avx2+fma" or "avx512+fma". */
 const char *pr_simd_path(void);
 
-/* The paths this CPU and build can run, widest first, space-separated
- * (e.g. "avx512 avx2 baseline plain"). */
+/* The exact paths this CPU and build can run, widest first, space-separated
+ * (e.g. "avx512 avx2 baseline plain"); the +fma ones: pr_simd_fused_paths. */
 const char *pr_simd_paths(void);
+
+/* The fused paths this CPU and build can run, widest first ("avx512+fma avx2+fma",
+ * "avx2+fma" or ""). */
+const char *pr_simd_fused_paths(void);
 
 /* What "baseline" is on this architecture: "sse2", "neon" or "generic". */
 const char *pr_simd_baseline(void);

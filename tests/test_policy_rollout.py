@@ -243,3 +243,33 @@ def test_every_simd_path_rolls_out_the_same_bits():
     assert np.abs(np.frombuffer(results["plain"][1], np.float32)).max() > 0.5
     for path in paths:
         assert results[path] == results["plain"], path
+
+
+def test_a_fused_path_rolls_out_the_same_means_within_float_rounding():
+    """avx2+fma / avx512+fma (csrc/policy_simd.h): the first step's means, from the same
+    observations, within 1e-5 of their largest of the exact path's, not the same bits;
+    every step's finite."""
+    fused = ffi.string(lib.pr_simd_fused_paths()).decode().split()
+    if not fused:
+        pytest.skip("no fused path on this CPU: it needs AVX2 and FMA (x86-64-v3)")
+    start = ffi.string(lib.pr_simd_path())
+    T, B = 20, 256
+    p = _policy(3, 2.0, 32, 2, 64, seed=4)
+    spread = (np.random.default_rng(2).standard_normal((T, B)) * 0.5).astype(np.float32)
+    mus = {}
+    try:
+        for path in ["plain"] + fused:
+            assert lib.pr_simd_select(path.encode()) >= 0
+            sim = BatchSim("pendulum", B, seed=8)
+            raw, mu, z, reward, alive, last = _buffers(T, B, 3)
+            sim.observe()
+            sim.roll_policy(*p.c_mean_network(), spread, raw, mu, z, reward, alive, last, False,
+                            u_max=p.u_max, w_du=0.1)
+            assert np.isfinite(mu).all() and np.isfinite(reward).all()
+            mus[path] = mu.copy()
+    finally:
+        lib.pr_simd_select(start)
+    want = mus["plain"][0]
+    for path in fused:
+        assert not np.array_equal(mus[path][0], want)
+        np.testing.assert_allclose(mus[path][0], want, rtol=0, atol=1e-5 * np.abs(want).max())

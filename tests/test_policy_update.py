@@ -275,6 +275,7 @@ def test_one_policy_keeps_its_network_and_takes_each_batch():
 
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
 PATHS = ffi.string(lib.pr_simd_paths()).decode().split()
+FUSED = ffi.string(lib.pr_simd_fused_paths()).decode().split()
 
 
 @pytest.fixture
@@ -313,6 +314,41 @@ def test_every_simd_path_gives_the_same_gradient_bits(simd_path, nobs, hidden, l
     CGradient.of(p, CFG, batch).gradient(rows, "grpo", 0.2, 0.28, 0.0)
     for got, ref in zip((t.grad for t in p.parameters()), want):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * float(ref.abs().max()) + 1e-7)
+
+
+@pytest.mark.parametrize("nobs,hidden,layers,features,B,L,nrows", [
+    (3, 32, 2, 64, 256, 32, 128), (3, 17, 3, 0, 40, 13, 37), (6, 64, 2, 16, 30, 64, 30)])
+def test_the_fused_paths_give_the_gradient_within_float_rounding(simd_path, nobs, hidden, layers,
+                                                                 features, B, L, nrows):
+    """avx2+fma and avx512+fma round each product once, with its sum: not the exact paths'
+    bits, but their gradients, loss and means within float32 rounding of the plain loops'
+    (means to 1e-5 of their largest, gradients to 1e-4 relative), and the two fused paths
+    (the same products in the same order) the same bits."""
+    if not FUSED:
+        pytest.skip("no fused path on this CPU: it needs AVX2 and FMA (x86-64-v3)")
+    p = _policy(nobs, hidden, layers, features, seed=B)
+    batch = _batch(p, B, L, seed=1)
+    rows = torch.randperm(B, generator=torch.Generator().manual_seed(2))[:nrows]
+    results = {}
+    for path in ["plain"] + FUSED:
+        assert simd_path(path) >= 0
+        assert ffi.string(lib.pr_simd_path()).decode() == path
+        p.zero_grad()
+        c = CGradient.of(p, CFG, batch)
+        stats = c.gradient(rows, "grpo", 0.2, 0.28, 0.0)
+        results[path] = ([t.grad.clone() for t in p.parameters()], stats, c.mean(rows).clone())
+    want_grads, want_stats, want_mu = results["plain"]
+    for path in FUSED:
+        grads, stats, mu = results[path]
+        assert not torch.equal(mu, want_mu)  # the fused products do round otherwise
+        np.testing.assert_allclose(mu, want_mu, rtol=0, atol=1e-5 * float(want_mu.abs().max()))
+        for got, ref in zip(grads, want_grads):
+            np.testing.assert_allclose(got, ref, rtol=1e-4,
+                                       atol=1e-5 * float(ref.abs().max()) + 1e-7)
+        assert stats["loss"] == pytest.approx(want_stats["loss"], rel=1e-5, abs=1e-7)
+    if len(FUSED) == 2:
+        a, b = (results[path] for path in FUSED)
+        assert all(torch.equal(x, y) for x, y in zip(a[0], b[0])) and torch.equal(a[2], b[2])
 
 
 def test_the_workspace_may_start_at_any_float():
@@ -383,7 +419,7 @@ def test_a_bad_grpo_ctrl_simd_is_a_one_line_error():
                        text=True, env=env, timeout=60)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
-        f"error: GRPO_CTRL_SIMD=avx3 is not a SIMD path; this CPU runs: {' '.join(PATHS)}"]
+        f"error: GRPO_CTRL_SIMD=avx3 is not a SIMD path; this CPU runs: {' '.join(PATHS + FUSED)}"]
 
 
 def test_check_kernels_every_path_against_plain_and_a_double_reference(tmp_path):
@@ -428,3 +464,18 @@ def test_bench_kernels_times_every_path_and_the_libraries():
     assert float(rows["torch mm (products only)"][2]) > 0
     bad = subprocess.run(cli + ["--rounds", "0"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["avx512+fma", "avx2+fma"])
+def test_grpo_ctrl_simd_takes_a_fused_path_capped_at_the_cpu(value):
+    """A +fma name, capped at the widest fused path the CPU runs; on a CPU without AVX2 and
+    FMA, the widest exact one."""
+    env = dict(os.environ, GRPO_CTRL_SIMD=value)
+    r = subprocess.run([sys.executable, "-c", "from grpo_ctrl._pendsim import ffi, lib; "
+                        "print(ffi.string(lib.pr_simd_path()).decode())"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    if not FUSED:
+        assert r.stdout.strip() == PATHS[0]
+    else:
+        assert r.stdout.strip() == max(FUSED[0], value, key=["avx512+fma", "avx2+fma"].index)

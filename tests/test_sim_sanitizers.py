@@ -18,6 +18,7 @@ from grpo_ctrl._pendsim import ffi, lib
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
 CORE = ["pendsim.c", "plants.c", "policy_rollout.c", "policy_update.c", "policy_simd.c"]
 PATHS = ffi.string(lib.pr_simd_paths()).decode().split()
+FUSED = ffi.string(lib.pr_simd_fused_paths()).decode().split()  # avx512+fma, avx2+fma
 
 
 BUILDS = {"dispatched": [], "no-clones": ["-DPR_NO_CLONES"]}
@@ -43,9 +44,9 @@ def stress(tmp_path_factory):
 
 
 # "dispatched": the build the extension is (AVX-512 and AVX2 kernels compiled where GCC targets
-# them), on every path this CPU runs; "no-clones": -DPR_NO_CLONES, the baseline and plain
+# them), on every path this CPU runs, the fused ones too; "no-clones": -DPR_NO_CLONES, the baseline and plain
 # kernels only (other compilers, other architectures)
-@pytest.mark.parametrize("build,path", [("dispatched", p) for p in PATHS] +
+@pytest.mark.parametrize("build,path", [("dispatched", p) for p in PATHS + FUSED] +
                          [("no-clones", "baseline"), ("no-clones", "plain")])
 def test_simulator_is_clean_under_asan_and_ubsan(stress, build, path):
     r = subprocess.run([str(stress[build])], capture_output=True, text=True, timeout=300,
