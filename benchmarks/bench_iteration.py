@@ -38,14 +38,15 @@ def main(argv=None) -> int:
     p.add_argument("--iterations", type=int, default=300, help="per arm, warm-up included")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--simd", default="", help="comma-separated SIMD paths to run each arm on too "
-                   "(avx512, avx2, baseline, plain; capped at the CPU's)")
+                   "(avx512, avx2, baseline, plain, avx512+fma, avx2+fma; capped at the CPU's)")
     args = p.parse_args(argv)
     start = ffi.string(lib.pr_simd_path()).decode()
     paths = [start]
     for name in filter(None, args.simd.split(",")):
         if lib.pr_simd_select(name.encode()) < 0:
             p.error(f"--simd: {name!r} is not a SIMD path; this CPU runs: "
-                    f"{ffi.string(lib.pr_simd_paths()).decode()}")
+                    f"{ffi.string(lib.pr_simd_paths()).decode()} "
+                    f"{ffi.string(lib.pr_simd_fused_paths()).decode()}".rstrip())
         taken = ffi.string(lib.pr_simd_path()).decode()
         if taken not in paths:
             paths.append(taken)
