@@ -225,17 +225,11 @@ typedef float pr_vec8 __attribute__((vector_size(32), aligned(4), may_alias));
 #define K_GIB 3
 #define K_MADD(c, a, b) ((c) + (a) * (b))
 #define K_SPLAT(w) (w)
+#define K_KEEP_SHAPE
 #include "policy_kernels.h"
 
 /* avx2+fma: the same blocks, each product fused with its sum */
 #define K_NAME(f) f##_v3f
-#define K_ATTR PR_V3 PR_UNUSED
-#define K_VEC pr_vec8
-#define K_V 8
-#define K_DJB 4
-#define K_DNT 3
-#define K_GJB 3
-#define K_GIB 3
 #define K_MADD(c, a, b) ((pr_vec8)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
 #define K_SPLAT(w) _mm256_set1_ps(w)
 #include "policy_kernels.h"
@@ -257,17 +251,11 @@ typedef float pr_vec16 __attribute__((vector_size(64), aligned(4), may_alias));
 #define K_GIB 4
 #define K_MADD(c, a, b) ((c) + (a) * (b))
 #define K_SPLAT(w) (w)
+#define K_KEEP_SHAPE
 #include "policy_kernels.h"
 
 /* avx512+fma: the same blocks, each product fused with its sum */
 #define K_NAME(f) f##_v4f
-#define K_ATTR PR_V4 PR_UNUSED
-#define K_VEC pr_vec16
-#define K_V 16
-#define K_DJB 4
-#define K_DNT 4
-#define K_GJB 4
-#define K_GIB 4
 #define K_MADD(c, a, b) ((pr_vec16)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
 #define K_SPLAT(w) _mm512_set1_ps(w)
 #include "policy_kernels.h"

@@ -10,7 +10,9 @@
  *               once, a fused multiply-add (the +fma paths)
  *   K_SPLAT(w)  the float w as K_MADD's a: w itself where a float multiplies a
  *               vector (the exact paths), else a vector of w
- * They are undefined at the end. A block's accumulators, plus the vectors it
+ * They are undefined at the end, but for the shape (K_ATTR, K_VEC, K_V and the
+ * blocks) where K_KEEP_SHAPE is defined: the next inclusion (the fused kernels
+ * after the exact ones) then takes the same. A block's accumulators, plus the vectors it
  * loads each step, fit the path's registers (16 for AVX2 and SSE2, 32 for
  * AVX-512 and NEON).
  *
@@ -158,6 +160,9 @@ K_ATTR PR_NOINLINE static void K_NAME(grad_acc)(int S, int n, int nin, int nout,
 }
 
 #undef K_NAME
+#undef K_MADD
+#undef K_SPLAT
+#ifndef K_KEEP_SHAPE
 #undef K_ATTR
 #undef K_VEC
 #undef K_V
@@ -165,5 +170,5 @@ K_ATTR PR_NOINLINE static void K_NAME(grad_acc)(int S, int n, int nin, int nout,
 #undef K_DNT
 #undef K_GJB
 #undef K_GIB
-#undef K_MADD
-#undef K_SPLAT
+#endif
+#undef K_KEEP_SHAPE

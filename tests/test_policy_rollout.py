@@ -219,6 +219,18 @@ def test_roll_policy_refuses_wrong_buffers():
                         False, u_max=2.0)
 
 
+def _roll_on(path: str, p, spread: np.ndarray) -> tuple:
+    """The pendulum's branches (spread's columns) rolled out by ``p`` on SIMD path ``path``
+    (selected, and left so): raw, mu, z, reward, alive, last."""
+    T, B = spread.shape
+    assert lib.pr_simd_select(path.encode()) >= 0
+    sim = BatchSim("pendulum", B, seed=8)
+    out = _buffers(T, B, 3)
+    sim.observe()
+    sim.roll_policy(*p.c_mean_network(), spread, *out, False, u_max=p.u_max, w_du=0.1)
+    return out
+
+
 def test_every_simd_path_rolls_out_the_same_bits():
     """The rollout on each SIMD path this CPU runs (csrc/policy_simd.h): the same means,
     actions, observations and rewards, bit for bit (the kernels add each lane's products
@@ -231,13 +243,7 @@ def test_every_simd_path_rolls_out_the_same_bits():
     results = {}
     try:
         for path in paths:
-            assert lib.pr_simd_select(path.encode()) >= 0
-            sim = BatchSim("pendulum", B, seed=8)
-            raw, mu, z, reward, alive, last = _buffers(T, B, 3)
-            sim.observe()
-            sim.roll_policy(*p.c_mean_network(), spread, raw, mu, z, reward, alive, last, False,
-                            u_max=p.u_max, w_du=0.1)
-            results[path] = [a.tobytes() for a in (raw, mu, z, reward, alive, last)]
+            results[path] = [a.tobytes() for a in _roll_on(path, p, spread)]
     finally:
         lib.pr_simd_select(start)
     assert np.abs(np.frombuffer(results["plain"][1], np.float32)).max() > 0.5
@@ -259,14 +265,9 @@ def test_a_fused_path_rolls_out_the_same_means_within_float_rounding():
     mus = {}
     try:
         for path in ["plain"] + fused:
-            assert lib.pr_simd_select(path.encode()) >= 0
-            sim = BatchSim("pendulum", B, seed=8)
-            raw, mu, z, reward, alive, last = _buffers(T, B, 3)
-            sim.observe()
-            sim.roll_policy(*p.c_mean_network(), spread, raw, mu, z, reward, alive, last, False,
-                            u_max=p.u_max, w_du=0.1)
+            _, mu, _, reward, _, _ = _roll_on(path, p, spread)
             assert np.isfinite(mu).all() and np.isfinite(reward).all()
-            mus[path] = mu.copy()
+            mus[path] = mu
     finally:
         lib.pr_simd_select(start)
     want = mus["plain"][0]
