@@ -19,10 +19,8 @@ from grpo_ctrl.errors import UserError
 BENCHMARKS_DIR = Path(grpo_ctrl.__file__).resolve().parent.parent / "benchmarks"
 
 
-def cpu_model() -> str:
-    """The CPU's model name with its family and model (x86) or implementer and part (ARM),
-    the machine, and the widest SIMD path the policy's C kernels take on it
-    (csrc/policy_simd.h): what every timing the benchmarks print is to be read with."""
+def cpu_info() -> dict:
+    """/proc/cpuinfo's fields as the first processor gives them (empty where there is none)."""
     info = {}
     try:
         with open("/proc/cpuinfo") as f:
@@ -31,6 +29,14 @@ def cpu_model() -> str:
                 info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    return info
+
+
+def cpu_model() -> str:
+    """The CPU's model name with its family and model (x86) or implementer and part (ARM),
+    the machine, and the widest SIMD path the policy's C kernels take on it
+    (csrc/policy_simd.h): what every timing the benchmarks print is to be read with."""
+    info = cpu_info()
     name = info.get("model name") or info.get("Hardware") or platform.processor() or "unknown CPU"
     if "cpu family" in info:
         name += f" (family {info['cpu family']} model {info.get('model', '?')})"

@@ -42,6 +42,7 @@ pytest.importorskip("torch", reason="needs the train extra: pip install -e '.[tr
 import torch
 
 from grpo_ctrl._pendsim import ffi, lib
+from grpo_ctrl.bench_cli import cpu_info
 from grpo_ctrl.grpo_config import default_config
 from grpo_ctrl.plant import presets, systems
 from grpo_ctrl.train import train
@@ -99,28 +100,20 @@ def weights_hash(system: str, preset: str, overlap: bool = False,
     return h.hexdigest()[:16]
 
 
-def cpu_vendor() -> str:
-    """The CPU's vendor string (x86 Linux: /proc/cpuinfo's vendor_id), or what Python
-    knows of the machine."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "vendor_id":
-                    return value.strip()
-    except OSError:
-        pass
-    return platform.machine() or "unknown"
-
-
 def _key(capability: str | None = None) -> tuple:
-    return capability or torch.backends.cpu.get_cpu_capability(), cpu_vendor()
+    """(torch CPU capability, CPU vendor: x86 Linux's vendor_id, else the machine)."""
+    vendor = cpu_info().get("vendor_id") or platform.machine() or "unknown"
+    return capability or torch.backends.cpu.get_cpu_capability(), vendor
 
 
-def _expected(capability: str | None = None) -> dict:
+def _skip_on_a_fused_path() -> None:
     path = ffi.string(lib.pr_simd_path()).decode()
     if path.endswith("+fma"):
         pytest.skip(f"the hashes are the exact paths'; GRPO_CTRL_SIMD chose {path}")
+
+
+def _expected(capability: str | None = None) -> dict:
+    _skip_on_a_fused_path()
     key = _key(capability)
     if not EXPECTED.get(key):
         pytest.skip(f"no weight hashes recorded for torch CPU capability {key[0]!r} on a "
@@ -139,7 +132,7 @@ def test_the_defaults_train_to_the_recorded_weights(system, preset):
 
 def test_overlap_trains_the_gym_pendulum_to_its_recorded_weights():
     """The overlap collector (a second process, one update behind) is deterministic too."""
-    _expected()  # skips on a fused path
+    _skip_on_a_fused_path()
     want = EXPECTED_OVERLAP.get(_key())
     if want is None:
         pytest.skip(f"no overlap hash recorded for torch CPU capability {_key()[0]!r} on a "
