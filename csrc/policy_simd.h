@@ -12,11 +12,13 @@
  * "avx2+fma" and "avx512+fma" are those two with each product fused with its
  * sum: the same products in the same order, rounded once instead of twice, so
  * their bits differ from the others' (by a few units in the last place of a
- * layer's output); chosen by name only, for CPUs whose adds share the
- * multipliers' ports (Intel's), where they are faster.
+ * layer's output) and agree with each other's.
  *
- * The widest path the CPU runs is taken, unless the environment variable
- * GRPO_CTRL_SIMD names another; it is read once, when the library loads (or
+ * The default (pr_simd_default) is the widest path the CPU runs, fused on an
+ * Intel CPU, whose adds share the multipliers' ports (fused products are faster
+ * there), and exact elsewhere (an AMD Zen core adds on pipes of its own), unless
+ * the environment variable GRPO_CTRL_SIMD names another path; it is read once,
+ * when the library loads (or
  * at the first kernel call where the compiler has no load-time hook). A path
  * wider than the CPU runs is capped at the widest it does (keeping +fma); a name
  * that is none of the six stops the program with a one-line error and exit status 2.
@@ -33,6 +35,10 @@
 
 /* The path in use: "avx512", "avx2", "baseline", "plain", "avx2+fma" or "avx512+fma". */
 const char *pr_simd_path(void);
+
+/* The path taken where GRPO_CTRL_SIMD names none: the widest this CPU runs, its
+ * +fma form on an Intel CPU with AVX2 ("avx512+fma" or "avx2+fma"). */
+const char *pr_simd_default(void);
 
 /* The exact paths this CPU and build can run, widest first, space-separated
  * (e.g. "avx512 avx2 baseline plain"); the +fma ones: pr_simd_fused_paths. */

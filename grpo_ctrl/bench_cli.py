@@ -34,8 +34,9 @@ def cpu_info() -> dict:
 
 def cpu_model() -> str:
     """The CPU's model name with its family and model (x86) or implementer and part (ARM),
-    the machine, and the widest SIMD path the policy's C kernels take on it
-    (csrc/policy_simd.h): what every timing the benchmarks print is to be read with."""
+    the machine, the widest SIMD path the policy's C kernels take on it and the one they
+    take by default (csrc/policy_simd.h): what every timing the benchmarks print is to be
+    read with."""
     info = cpu_info()
     name = info.get("model name") or info.get("Hardware") or platform.processor() or "unknown CPU"
     if "cpu family" in info:
@@ -44,7 +45,9 @@ def cpu_model() -> str:
         name += f" (implementer {info['CPU implementer']} part {info.get('CPU part', '?')})"
     from grpo_ctrl._pendsim import ffi, lib
     widest = ffi.string(lib.pr_simd_paths()).decode().split()[0]
-    return f"{name}, {platform.machine()}, widest SIMD path {widest}"
+    default = ffi.string(lib.pr_simd_default()).decode()
+    return (f"{name}, {platform.machine()}, widest SIMD path {widest}"
+            + (f" (default {default})" if default != widest else ""))
 
 
 def available() -> list[str]:

@@ -395,22 +395,36 @@ def test_the_paths_a_cpu_runs_and_the_cap():
                 break
     assert ("avx512" in PATHS) == ({"avx512f", "avx512vl", "avx512bw", "avx512dq"} <= flags)
     assert ("avx2" in PATHS) == ({"avx2", "fma", "bmi1", "bmi2"} <= flags)
-    assert ffi.string(lib.pr_simd_path()).decode() in PATHS
+    assert FUSED == [f"{path}+fma" for path in PATHS if path.startswith("avx")]
+    assert ffi.string(lib.pr_simd_path()).decode() in PATHS + FUSED
     assert lib.pr_simd_select(b"avx 512") == -1 and lib.pr_simd_select(ffi.NULL) == -1
 
 
+def test_the_default_path_is_the_widest_fused_on_intel_and_exact_elsewhere():
+    """Fused products on an Intel CPU, whose adds share the multipliers' ports; the exact
+    paths elsewhere (an AMD Zen core adds on pipes of its own): csrc/policy_simd.c."""
+    with open("/proc/cpuinfo") as f:
+        vendor = next((line.split(":")[1].strip() for line in f
+                       if line.startswith("vendor_id")), "")
+    want = FUSED[0] if vendor == "GenuineIntel" and FUSED else PATHS[0]
+    assert ffi.string(lib.pr_simd_default()).decode() == want
+
+
 @pytest.mark.parametrize("value,want", [("avx512", 0), ("avx2", 1), ("baseline", 2),
-                                        ("plain", 3), ("", 0)])
+                                        ("plain", 3), ("", None), (None, None)])
 def test_grpo_ctrl_simd_picks_the_path_capped_at_the_cpu(value, want):
     """The environment variable, read when the library loads: a path, capped at the widest
-    the CPU runs (PATHS, widest first), or unset/empty: the widest."""
-    env = dict(os.environ, GRPO_CTRL_SIMD=value)
+    the CPU runs (PATHS, widest first), or unset/empty: the default (pr_simd_default)."""
+    env = {k: v for k, v in os.environ.items() if k != "GRPO_CTRL_SIMD"}
+    if value is not None:
+        env["GRPO_CTRL_SIMD"] = value
     r = subprocess.run([sys.executable, "-c", "from grpo_ctrl._pendsim import ffi, lib; "
                         "print(ffi.string(lib.pr_simd_path()).decode())"],
                        capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     names = ["avx512", "avx2", "baseline", "plain"]
-    assert r.stdout.strip() == max(PATHS[0], names[want], key=names.index)
+    assert r.stdout.strip() == (ffi.string(lib.pr_simd_default()).decode() if want is None
+                                else max(PATHS[0], names[want], key=names.index))
 
 
 def test_a_bad_grpo_ctrl_simd_is_a_one_line_error():

@@ -11,9 +11,10 @@ its AVX-512 exp rounds the policy's std differently in the last bit from what it
 gives an AMD EPYC, and its matrix products (the presets whose gradient torch
 computes) add in another order. So the values are recorded per capability and
 vendor, and a machine with another pair skips, naming it. The C kernels' exact
-SIMD paths (csrc/policy_simd.h) give the same bits on every path, so they are not
-part of the key; a fused path (GRPO_CTRL_SIMD=avx2+fma, avx512+fma) gives others,
-and the tests skip on it.
+SIMD paths (csrc/policy_simd.h) give the same bits on every path, and so do its two
+fused paths (avx512+fma, avx2+fma), other bits than the exact ones': the key's third
+part is the family of the path in use, the default (fused on an Intel CPU, exact on
+an AMD one) or the one GRPO_CTRL_SIMD names.
 
 Recorded with torch 2.13.0 (2.14.1 gives the same bits): on an AMD EPYC (Zen 4,
 family 25 model 17) and an Intel Xeon (AVX-512 with AMX, family 6 model 167),
@@ -25,7 +26,8 @@ pendulum's, recorded again when its reward took the leaderboard score's costs of
 effort, for the two presets with Fourier features, recorded again when the
 features' sine became a shorter polynomial (csrc/policy_dense.h), and for the
 acrobot when its preset took the LQR's catch and its costs of effort at 10 %
-throughout.
+throughout. The Intel fused values were recorded on that Xeon when the fused paths
+became its default (avx512+fma with AVX512 and avx2+fma with AVX2: the same values).
 """
 import dataclasses
 import hashlib
@@ -49,9 +51,10 @@ from grpo_ctrl.train import train
 
 ITERATIONS = 150
 AMD, INTEL = "AuthenticAMD", "GenuineIntel"
-# (torch CPU capability, CPU vendor) -> (system, preset) -> weights hash of the serial run
+# (torch CPU capability, CPU vendor, SIMD family) -> (system, preset) -> weights hash of the
+# serial run
 EXPECTED = {
-    ("AVX512", AMD): {
+    ("AVX512", AMD, "exact"): {
         ("pendulum", "gym"): "9cc8e6ed9aca3957",
         ("pendulum", "rig"): "5722726c9746e15a",
         ("cartpole", "gym"): "57a268be5f57923a",
@@ -63,7 +66,7 @@ EXPECTED = {
         ("double_pendulum", "acrobot-real"): "6f3bdb3ccc5226b2",
         ("double_pendulum", "pendubot-real"): "8b73e7bbc5cc1215",
     },
-    ("AVX512", INTEL): {
+    ("AVX512", INTEL, "exact"): {
         ("pendulum", "gym"): "c69858708cbe286c",
         ("pendulum", "rig"): "66bbdf698b42f85c",
         ("cartpole", "gym"): "b5b2b1d4fd251f08",
@@ -75,12 +78,26 @@ EXPECTED = {
         ("double_pendulum", "acrobot-real"): "6d749bd9c4830204",
         ("double_pendulum", "pendubot-real"): "5237e2e18d8d86e8",
     },
+    ("AVX512", INTEL, "fused"): {
+        ("pendulum", "gym"): "383f27572f0c9b97",
+        ("pendulum", "rig"): "7fc667da513b9a6c",
+        ("cartpole", "gym"): "d8ddc173caad3ba8",
+        ("cartpole", "swingup"): "baf1f4bae37b2b98",
+        ("furuta", "qube-servo2"): "cad3299dad164e23",
+        ("pendulum", "realaigym"): "ea284e56cc316722",
+        ("double_pendulum", "acrobot"): "77509ac977a105a8",
+        ("double_pendulum", "pendubot"): "449ebf6069fb06e8",
+        ("double_pendulum", "acrobot-real"): "50e00b8051f3c25b",
+        ("double_pendulum", "pendubot-real"): "798173b2b396ccef",
+    },
 }
 # torch's AVX2 kernels give these small networks the same bits (measured on both machines)
-for _vendor in (AMD, INTEL):
-    EXPECTED[("AVX2", _vendor)] = dict(EXPECTED[("AVX512", _vendor)])
+for (_capability, _vendor, _family), _hashes in list(EXPECTED.items()):
+    EXPECTED[("AVX2", _vendor, _family)] = dict(_hashes)
 # the overlap collector's run of the gym pendulum
-EXPECTED_OVERLAP = {("AVX512", AMD): "b5737e3e1ed751aa", ("AVX512", INTEL): "1de65a3098e05ac8"}
+EXPECTED_OVERLAP = {("AVX512", AMD, "exact"): "b5737e3e1ed751aa",
+                    ("AVX512", INTEL, "exact"): "1de65a3098e05ac8",
+                    ("AVX512", INTEL, "fused"): "98b25dfe6b13e84d"}
 # every preset the simulator has; one without a recorded hash skips, naming itself
 PRESETS = [(system, preset) for system in systems() for preset in presets(system)]
 
@@ -100,24 +117,21 @@ def weights_hash(system: str, preset: str, overlap: bool = False,
     return h.hexdigest()[:16]
 
 
-def _key(capability: str | None = None) -> tuple:
-    """(torch CPU capability, CPU vendor: x86 Linux's vendor_id, else the machine)."""
+def _key(capability: str | None = None, path: str | None = None) -> tuple:
+    """(torch CPU capability, CPU vendor: x86 Linux's vendor_id, else the machine, and the
+    family of the SIMD path in use, or of ``path``: fused or exact)."""
     vendor = cpu_info().get("vendor_id") or platform.machine() or "unknown"
-    return capability or torch.backends.cpu.get_cpu_capability(), vendor
-
-
-def _skip_on_a_fused_path() -> None:
-    path = ffi.string(lib.pr_simd_path()).decode()
-    if path.endswith("+fma"):
-        pytest.skip(f"the hashes are the exact paths'; GRPO_CTRL_SIMD chose {path}")
+    path = path or ffi.string(lib.pr_simd_path()).decode()
+    return (capability or torch.backends.cpu.get_cpu_capability(), vendor,
+            "fused" if path.endswith("+fma") else "exact")
 
 
 def _expected(capability: str | None = None) -> dict:
-    _skip_on_a_fused_path()
     key = _key(capability)
     if not EXPECTED.get(key):
         pytest.skip(f"no weight hashes recorded for torch CPU capability {key[0]!r} on a "
-                    f"{key[1]} CPU (recorded: {sorted(k for k, v in EXPECTED.items() if v)})")
+                    f"{key[1]} CPU with the {key[2]} SIMD paths (recorded: "
+                    f"{sorted(k for k, v in EXPECTED.items() if v)})")
     return EXPECTED[key]
 
 
@@ -132,12 +146,31 @@ def test_the_defaults_train_to_the_recorded_weights(system, preset):
 
 def test_overlap_trains_the_gym_pendulum_to_its_recorded_weights():
     """The overlap collector (a second process, one update behind) is deterministic too."""
-    _skip_on_a_fused_path()
     want = EXPECTED_OVERLAP.get(_key())
     if want is None:
-        pytest.skip(f"no overlap hash recorded for torch CPU capability {_key()[0]!r} on a "
-                    f"{_key()[1]} CPU")
+        pytest.skip("no overlap hash recorded for torch CPU capability {!r} on a {} CPU with "
+                    "the {} SIMD paths".format(*_key()))
     assert weights_hash("pendulum", "gym", overlap=True) == want
+
+
+def test_the_other_family_of_simd_paths_trains_to_its_recorded_weights():
+    """The gym pendulum on the exact paths where the fused ones are in use, and the other
+    way round (each selected in this process, the one in use restored after)."""
+    start = ffi.string(lib.pr_simd_path()).decode()
+    exact = ffi.string(lib.pr_simd_paths()).decode().split()
+    fused = ffi.string(lib.pr_simd_fused_paths()).decode().split()
+    other = exact[0] if start.endswith("+fma") else (fused or [None])[0]
+    if other is None:
+        pytest.skip("no fused SIMD path on this CPU: it needs AVX2 and FMA (x86-64-v3)")
+    want = EXPECTED.get(_key(path=other), {}).get(("pendulum", "gym"))
+    if want is None:
+        pytest.skip("no weight hashes recorded for torch CPU capability {!r} on a {} CPU with "
+                    "the {} SIMD paths".format(*_key(path=other)))
+    assert lib.pr_simd_select(other.encode()) >= 0
+    try:
+        assert weights_hash("pendulum", "gym") == want
+    finally:
+        lib.pr_simd_select(start.encode())
 
 
 def test_avx2_kernels_on_an_avx512_machine():
