@@ -356,52 +356,56 @@ int pu_mean(const pu_net *net, const pu_batch *bt, const int64_t *rows, int nrow
   return PU_OK;
 }
 
-int pu_masked_kl(const pu_batch *bt, const float *mu_old, const int64_t *rows, int nrows,
-                 const float *mu, float var_ratio, float inv_var, float log_ratio, float *kl,
-                 float *mask_rows)
+int pu_kl_old(const pu_net *net, const pu_batch *bt, const float *mu_old, const int64_t *rows,
+              int nrows, double log_std_old, double log_std, double *kl, float *work)
 {
-  if (!bt || bt->B < 1 || bt->L < 1 || !bt->mask || !mu_old || !rows || nrows < 0 || !mu ||
-      !kl || !mask_rows)
+  if (!net_ok(net) || !batch_ok(bt, rows, nrows) || !bt->mask || !mu_old || !kl || !work)
     return PU_ERR_ARGS;
-  for (int i = 0; i < nrows; ++i)
-    if (rows[i] < 0 || rows[i] >= bt->B) return PU_ERR_ARGS;
+  const double log_ratio = log_std_old - log_std, var_ratio = exp(2.0 * log_ratio),
+               inv_var = exp(-2.0 * log_std);
   const int L = bt->L;
-  for (int i = 0; i < nrows; ++i) {
-    const float *p = mu_old + (size_t)rows[i] * L, *m = bt->mask + (size_t)rows[i] * L;
-    const float *q = mu + (size_t)i * L;
-    float *k = kl + (size_t)i * L, *mr = mask_rows + (size_t)i * L;
-    for (int t = 0; t < L; ++t) {
-      float d = p[t] - q[t];
-      d = d * d;
-      d = d * inv_var;
-      d = var_ratio + d;
-      d = d - 1.0f;
-      d = 0.5f * d;
-      k[t] = (d - log_ratio) * m[t];
-      mr[t] = m[t];
+  parts p;
+  carve(net, line_aligned(work), &p);
+  prepare(net, &p);
+  cursor c = {0, (long)nrows * L, PU_AGG_TOKEN, 0.0, 0.0, -1, 0.0};
+  double sum = 0.0, weight = 0.0;
+  for (long first = 0;;) {
+    const int count = fill(net, bt, rows, nrows, 1, &c, &p);
+    if (count == 0) break;
+    forward(net, &p);
+    for (int s = 0; s < count; ++s) {
+      const long i = first + s;
+      const size_t at = (size_t)rows[i / L] * L + (size_t)(i % L);
+      const double d = (double)mu_old[at] - (double)p.mu[s], m = bt->mask[at];
+      sum += (0.5 * (var_ratio + d * d * inv_var - 1.0) - log_ratio) * m;
+      weight += m;
     }
+    first += count;
   }
+  *kl = sum / (weight > 1.0 ? weight : 1.0);
   return PU_OK;
 }
 
-int pu_entropy_terms(int B, int L, int first, int stride, const float *logp_old, const float *z,
-                     const float *mask, const float *softplus, float log_u_max, float log_2,
-                     float *terms, float *mask_rows)
+/* log(1 + e^x) without overflow or loss of precision at either end. */
+static double softplus(double x) { return (x > 0.0 ? x : 0.0) + log1p(exp(-fabs(x))); }
+
+int pu_squashed_entropy(int B, int L, int first, int stride, const float *logp_old,
+                        const float *z, const float *mask, double log_u_max, double *entropy)
 {
-  if (B < 1 || L < 1 || first < 0 || stride < 1 || !logp_old || !z || !mask || !softplus ||
-      !terms || !mask_rows)
+  if (B < 1 || L < 1 || first < 0 || stride < 1 || !logp_old || !z || !mask || !entropy)
     return PU_ERR_ARGS;
-  size_t o = 0;
+  const double log_2 = 0.69314718055994530942;
+  double sum = 0.0, weight = 0.0;
   for (int b = first; b < B; b += stride)
-    for (int t = 0; t < L; ++t, ++o) {
+    for (int t = 0; t < L; ++t) {
       const size_t i = (size_t)b * L + t;
-      float jac = log_2 - z[i];
-      jac = jac - softplus[o];
-      jac = 2.0f * jac;
-      jac = log_u_max + jac;
-      terms[o] = (logp_old[i] - jac) * mask[i];
-      mask_rows[o] = mask[i];
+      const double zi = z[i], m = mask[i];
+      /* log |du/dz| of u = u_max tanh(z): log u_max + 2 (log 2 - z - softplus(-2 z)) */
+      const double log_jacobian = log_u_max + 2.0 * (log_2 - zi - softplus(-2.0 * zi));
+      sum += ((double)logp_old[i] - log_jacobian) * m;
+      weight += m;
     }
+  *entropy = -sum / (weight > 1.0 ? weight : 1.0);
   return PU_OK;
 }
 

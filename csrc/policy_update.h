@@ -98,27 +98,23 @@ int pu_gradient(const pu_net *net, float log_std, const pu_batch *batch, const i
 int pu_mean(const pu_net *net, const pu_batch *batch, const int64_t *rows, int nrows, float *mu,
             float *work);
 
-/* KL(pi_old || pi) at every step of branches rows[0..nrows), masked, as
- * gaussian_kl (grpo_ctrl/grpo.py) rounds it, one float32 operation at a time:
- *   kl = (0.5 (var_ratio + (mu_old - mu)^2 inv_var - 1) - log_ratio) mask
- * with var_ratio = sigma_old^2 / sigma^2, inv_var = 1 / sigma^2 and log_ratio =
- * log sigma_old - log sigma as the caller rounded them; mu_old [B * L] the
- * batch's, mu [nrows * L] pu_mean's of those rows. Writes kl and the rows'
- * mask, mask_rows, [nrows * L] each. Returns PU_OK or PU_ERR_ARGS. */
-int pu_masked_kl(const pu_batch *batch, const float *mu_old, const int64_t *rows, int nrows,
-                 const float *mu, float var_ratio, float inv_var, float log_ratio, float *kl,
-                 float *mask_rows);
+/* KL(pi_old || pi) averaged over the masked steps of branches rows[0..nrows)
+ * (grpo_ctrl/grpo.py, update_kl: gaussian_kl's masked mean): pi the network now
+ * with log std log_std, pi_old the batch's means mu_old [B * L] with log std
+ * log_std_old. In double: per step
+ *   0.5 (var_ratio + (mu_old - mu)^2 / sigma^2 - 1) - log_ratio,
+ * var_ratio = sigma_old^2 / sigma^2, log_ratio = log sigma_old - log sigma; the
+ * masked sum over the mask's sum (at least 1) into *kl. Returns PU_OK or
+ * PU_ERR_ARGS. */
+int pu_kl_old(const pu_net *net, const pu_batch *batch, const float *mu_old, const int64_t *rows,
+              int nrows, double log_std_old, double log_std, double *kl, float *work);
 
-/* squashed_entropy's terms (grpo_ctrl/grpo.py), as it rounds them, one float32
- * operation at a time: at every step t of branches b = first, first + stride, ...
- * below B (row i of the outputs),
- *   terms = (logp_old - (log_u_max + 2 ((log_2 - z) - softplus))) mask
- * with logp_old, z and mask [B * L] the batch's and softplus [nrows * L] torch's
- * softplus(-2 z) of those rows. Writes terms and the rows' mask, mask_rows,
- * [nrows * L] each. Returns PU_OK or PU_ERR_ARGS. */
-int pu_entropy_terms(int B, int L, int first, int stride, const float *logp_old, const float *z,
-                     const float *mask, const float *softplus, float log_u_max, float log_2,
-                     float *terms, float *mask_rows);
+/* The Monte-Carlo entropy of the command u_max tanh(z) (grpo_ctrl/grpo.py,
+ * squashed_entropy): -E[log pi(a)] = -E[logp_old - log |du/dz|] over the masked
+ * steps of branches b = first, first + stride, ... below B, logp_old, z and mask
+ * [B * L] the batch's; in double, into *entropy. Returns PU_OK or PU_ERR_ARGS. */
+int pu_squashed_entropy(int B, int L, int first, int stride, const float *logp_old,
+                        const float *z, const float *mask, double log_u_max, double *entropy);
 
 /* A rollout's loss steps in pu_batch's layout (GroupRollout.collect): from
  * pr_rollout's step-major arrays (decision t of branch b at [t * B + b]), the

@@ -234,6 +234,13 @@ int main(void)
           return fail("update mean", system, preset);
         for (int i = 0; i < 37 * NENV; ++i)
           if (!isfinite(mu[i])) return fail("update mean's values", system, preset);
+        /* the diagnostics: KL to pi_old (the batch's z as its means) and the entropy */
+        double kl = -1.0, entropy = 0.0;
+        if (pu_kl_old(&un, &ub, z, rows, 37, -0.3, -0.5, &kl, uwork) != PU_OK || !(kl >= 0.0) ||
+            pu_squashed_entropy(NSTEP, NENV, 1, 3, logp, z, mask, log(m.u_max), &entropy) !=
+                PU_OK ||
+            !isfinite(entropy))
+          return fail("update diagnostics", system, preset);
         rows[5] = NSTEP;
         pu_net unbad = un;
         unbad.nhidden = 0;
@@ -241,6 +248,8 @@ int main(void)
                         uwork) != PU_ERR_ARGS ||
             pu_mean(&un, &ub, rows, 37, mu, uwork) != PU_ERR_ARGS ||
             pu_mean(&unbad, &ub, rows, 1, mu, uwork) != PU_ERR_ARGS ||
+            pu_kl_old(&un, &ub, z, rows, 37, -0.3, -0.5, &kl, uwork) != PU_ERR_ARGS ||
+            pu_squashed_entropy(NSTEP, NENV, 0, 0, logp, z, mask, 0.0, &entropy) != PU_ERR_ARGS ||
             pu_work_size(&unbad) != 0)
           return fail("update checks", system, preset);
       }

@@ -16,7 +16,6 @@ import weakref
 import numpy as np
 import torch
 from torch import nn
-import torch.nn.functional as F
 
 from grpo_ctrl._pendsim import ffi, lib
 from grpo_ctrl.policy import LOG_2PI, FourierFeatures, GaussianPolicy
@@ -163,20 +162,17 @@ class CGradient:
     def kl_old(self, rows: torch.Tensor, mu_old: torch.Tensor, log_std_old: torch.Tensor) -> float:
         """KL(pi_old || pi) averaged over the masked steps of branches ``rows`` (int64), pi
         the network now and its log std, pi_old the batch's means ``mu_old`` (B, L) and
-        ``log_std_old`` (1,): ``gaussian_kl`` and its masked mean, bit for bit (the sums
-        torch's), in two C calls and a few scalars."""
-        log_std = self.log_std.detach()
-        log_ratio = log_std_old - log_std  # gaussian_kl's scalars, by torch as it makes them
-        var_ratio, inv_var = torch.exp(2.0 * log_ratio), torch.exp(-2.0 * log_std)
-        mu = self.mean(rows)
+        ``log_std_old`` (1,): ``gaussian_kl``'s masked mean in one C call, in double
+        (within float32 rounding of torch's; a diagnostic, and the adaptive clip's
+        measure)."""
         rows = rows.contiguous()
-        kl, mask = torch.empty_like(mu), torch.empty_like(mu)
-        rc = lib.pu_masked_kl(self.batch, _floats(mu_old), ffi.cast("int64_t *", rows.data_ptr()),
-                              rows.numel(), _floats(mu), float(var_ratio), float(inv_var),
-                              float(log_ratio), _floats(kl), _floats(mask))
+        out = ffi.new("double *")
+        rc = lib.pu_kl_old(self.net, self.batch, _floats(mu_old),
+                           ffi.cast("int64_t *", rows.data_ptr()), rows.numel(),
+                           float(log_std_old), float(self.log_std_value[0]), out, self.p_work)
         if rc:
-            raise ValueError("pu_masked_kl: malformed batch or rows")
-        return float(kl.sum() / mask.sum().clamp(min=1.0))
+            raise ValueError("pu_kl_old: malformed network, batch or rows")
+        return out[0]
 
 
 def loss_steps(policy: GaussianPolicy, L: int, z: np.ndarray, mu: np.ndarray,
@@ -226,16 +222,13 @@ def loss_steps(policy: GaussianPolicy, L: int, z: np.ndarray, mu: np.ndarray,
 
 def squashed_entropy(logp_old: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, u_max: float,
                      rows: slice) -> float:
-    """grpo.squashed_entropy on branches ``rows`` (a slice of positive step), bit for bit:
-    torch's softplus and sums, the steps between them in one C pass
-    (``pu_entropy_terms``)."""
+    """grpo.squashed_entropy on branches ``rows`` (a slice of positive step) in one C call
+    (``pu_squashed_entropy``), in double: within float32 rounding of torch's."""
     B, L = z.shape
     first, _, stride = rows.indices(B)
-    softplus = F.softplus(-2.0 * z[rows])
-    terms, mask_rows = torch.empty_like(softplus), torch.empty_like(softplus)
-    rc = lib.pu_entropy_terms(B, L, first, stride, _floats(logp_old), _floats(z), _floats(mask),
-                              _floats(softplus), math.log(u_max), math.log(2.0),
-                              _floats(terms), _floats(mask_rows))
+    out = ffi.new("double *")
+    rc = lib.pu_squashed_entropy(B, L, first, stride, _floats(logp_old), _floats(z),
+                                 _floats(mask), math.log(u_max), out)
     if rc:
-        raise ValueError("pu_entropy_terms: malformed arguments")
-    return -float(terms.sum() / mask_rows.sum().clamp(min=1.0))
+        raise ValueError("pu_squashed_entropy: malformed arguments")
+    return out[0]

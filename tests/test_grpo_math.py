@@ -281,7 +281,7 @@ def test_reported_kl_is_the_exact_kl_after_the_update(loss_type):
     """kl_old is KL(pi_old || pi) after the update: over the whole batch where the adaptive
     clip steers by it, over one branch in KL_STRIDE (a diagnostic) otherwise; either way
     within a fifth of the whole batch's (the sampled branches are iid draws of the same
-    groups), recomputed here from the policy by the closed form."""
+    groups), recomputed here from the policy by the closed form in float64."""
     import copy
     from grpo_ctrl.grpo import KL_STRIDE, Trainer, grpo_update
     from grpo_ctrl.grpo_config import GRPOConfig
@@ -293,9 +293,9 @@ def test_reported_kl_is_the_exact_kl_after_the_update(loss_type):
     policy = copy.deepcopy(tr.policy)
     stats = grpo_update(policy, None, torch.optim.Adam(policy.parameters(), lr=cfg.lr), batch,
                         cfg, cfg.eps_low, cfg.eps_high, tr.gen)
-    with torch.no_grad():
-        mu, log_std = policy.dist(batch.obs)
-        kl = gaussian_kl(batch.mu_old, batch.log_std_old, mu, log_std)
+    with torch.no_grad():  # in float64: float32's var_ratio - 1 cancels to ~1e-5 of the KL
+        mu, log_std = (t.double() for t in policy.dist(batch.obs))
+        kl = gaussian_kl(batch.mu_old.double(), batch.log_std_old.double(), mu, log_std)
     whole = float((kl * batch.mask).sum() / batch.mask.sum())
     assert whole > 1e-5  # the update moved the policy
     if loss_type == "adaptive_clip":
