@@ -414,11 +414,15 @@ def run(args) -> int:
                 return 1
         else:
             _train_and_report(*work)
-    if signals.received is None:
-        return 0
-    print(f"grpo-ctrl train: stopped by {signal.Signals(signals.received).name}; checkpoint and "
-          f"metrics saved; continue with `grpo-ctrl train --resume --out {out}`", file=sys.stderr)
-    return 128 + signals.received
+    code = 0
+    if signals.received is not None:
+        print(f"grpo-ctrl train: stopped by {signal.Signals(signals.received).name}; checkpoint "
+              f"and metrics saved; continue with `grpo-ctrl train --resume --out {out}`",
+              file=sys.stderr)
+        code = 128 + signals.received
+    if launched is not None:
+        distributed.exit_rank(code)
+    return code
 
 
 def _long_run_note(system: str, preset: str, cfg: GRPOConfig) -> str:
