@@ -126,12 +126,16 @@ def _key(capability: str | None = None, path: str | None = None) -> tuple:
             "fused" if path.endswith("+fma") else "exact")
 
 
+def _skip_unrecorded(what: str, key: tuple, recorded: str = "") -> None:
+    pytest.skip(f"no {what} recorded for torch CPU capability {key[0]!r} on a {key[1]} CPU "
+                f"with the {key[2]} SIMD paths{recorded}")
+
+
 def _expected(capability: str | None = None) -> dict:
     key = _key(capability)
     if not EXPECTED.get(key):
-        pytest.skip(f"no weight hashes recorded for torch CPU capability {key[0]!r} on a "
-                    f"{key[1]} CPU with the {key[2]} SIMD paths (recorded: "
-                    f"{sorted(k for k, v in EXPECTED.items() if v)})")
+        _skip_unrecorded("weight hashes", key,
+                         f" (recorded: {sorted(k for k, v in EXPECTED.items() if v)})")
     return EXPECTED[key]
 
 
@@ -148,8 +152,7 @@ def test_overlap_trains_the_gym_pendulum_to_its_recorded_weights():
     """The overlap collector (a second process, one update behind) is deterministic too."""
     want = EXPECTED_OVERLAP.get(_key())
     if want is None:
-        pytest.skip("no overlap hash recorded for torch CPU capability {!r} on a {} CPU with "
-                    "the {} SIMD paths".format(*_key()))
+        _skip_unrecorded("overlap hash", _key())
     assert weights_hash("pendulum", "gym", overlap=True) == want
 
 
@@ -164,8 +167,7 @@ def test_the_other_family_of_simd_paths_trains_to_its_recorded_weights():
         pytest.skip("no fused SIMD path on this CPU: it needs AVX2 and FMA (x86-64-v3)")
     want = EXPECTED.get(_key(path=other), {}).get(("pendulum", "gym"))
     if want is None:
-        pytest.skip("no weight hashes recorded for torch CPU capability {!r} on a {} CPU with "
-                    "the {} SIMD paths".format(*_key(path=other)))
+        _skip_unrecorded("weight hashes", _key(path=other))
     assert lib.pr_simd_select(other.encode()) >= 0
     try:
         assert weights_hash("pendulum", "gym") == want
