@@ -170,10 +170,14 @@ class GRPOConfig:
     # deployment
     deploy: str = _deploy("best", "the policy deployed.pt holds, the one eval, export and run "
                           "use: best (the best evaluation's), final (the one training ends "
-                          "with, at the end of the learning-rate schedule) or calm (the "
+                          "with, at the end of the learning-rate schedule), calm (the "
                           "latest of the last calm_window's policies whose command chatters "
                           "no more than swing-up + LQR's on nominal plants; "
-                          "grpo_ctrl/deploy.py)", choices=("best", "final", "calm"))
+                          "grpo_ctrl/deploy.py) or score (the double pendulum: the evaluated "
+                          "policy whose benchmark run has the best RealAI score v2; the "
+                          "pendubot with costs_early 0.1 and eval_every 2: 0.641-0.648 on 5 "
+                          "seeds, against 0.531-0.622 by the return; docs/double_pendulum.md)",
+                          choices=("best", "final", "calm", "score"))
     calm_window: float = _deploy(0.25, "deploy calm: the share of the run, at its end, whose "
                                  "policies are candidates", above=0.0, high=1.0)
     calm_every: int = _deploy(10, "deploy calm: a candidate every this many iterations",

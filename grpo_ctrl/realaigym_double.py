@@ -480,6 +480,13 @@ def controller_policy(controller, estimator_hz: float | None = None):
     return EstimatedPolicy(policy, controller.spec, estimator_hz)
 
 
+def benchmark_score(controller) -> float:
+    """RealAI score v2 of ``controller``'s one simulation-v2 run (10 s from hanging at rest on
+    its robot's benchmark model): what training's ``deploy = "score"`` chooses by."""
+    (tr,) = simulate(controller_policy(controller), robot_of(controller.spec.preset))
+    return evaluate(tr)["score"]
+
+
 def score_table(controllers: dict, estimator_hz: float | None = None) -> str:
     """Each criterion of one simulation-v2 run of every controller, beside the published top."""
     robot = robot_of(next(iter(controllers.values())).spec.preset)

@@ -53,6 +53,7 @@ from grpo_ctrl.plant import plant_spec, resolve_plant
 from grpo_ctrl.plant_file import read_plant_file
 from grpo_ctrl.randomize import (Randomization, centred_on_fit, default_randomization,
                                  with_overrides)
+from grpo_ctrl.realaigym_double import benchmark_score
 from grpo_ctrl.sim import BatchSim
 from grpo_ctrl.run_folder import (CONFIG, CURVE, DEPLOYED, LATEST, METRICS, OLD_NAMES,
                                   checkpoint_file, read_metrics)
@@ -176,6 +177,9 @@ def resolve(args) -> tuple[str, str, GRPOConfig, Path, Randomization]:
     if init:
         check_init(cfg, system, preset, trained_on, fixed)
     check_config(cfg)
+    if cfg.deploy == "score" and system != "double_pendulum":
+        raise UserError(f"deploy score chooses by RealAIGym's double pendulum score, which "
+                        f"{system} has none of; choose --deploy best, final or calm")
     table = file_cfg.get("randomize", {})
     if not isinstance(table, dict):
         raise UserError("randomize in a config file must be a [randomize] table")
@@ -291,11 +295,13 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
         randomize = default_randomization(system, preset)
     trainer = Trainer(cfg, system, preset, ranks, randomize)
     wall, best, evals_done = 0.0, -math.inf, 0
+    best_score = -math.inf  # deploy score: the best evaluation's benchmark score
     deployed = None  # deploy calm: the iteration whose policy deployed.pt holds
     if resume:
         ck = read_checkpoint(out / checkpoint_file(LATEST))
         resume_from(trainer, ck)
         wall, best = float(ck.get("wall_time", 0.0)), float(ck.get("best_return", -math.inf))
+        best_score = float(ck.get("best_score", -math.inf))
     folder = (RunFolder(out, system, preset, cfg, randomize,
                         trainer.iteration if resume else None)
               if out is not None and ranks.is_main else None)
@@ -307,6 +313,12 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
                              tensorboard if ranks.is_main else None)
     last_eval = None
     calm = CalmChoice(trainer.spec, catch=cfg.catch) if cfg.deploy == "calm" and folder is not None else None
+
+    def evaluate() -> tuple[float, float, float | None]:  # return, success, benchmark score
+        ret, success = trainer.evaluate()
+        if cfg.deploy != "score":
+            return ret, success, None
+        return ret, success, benchmark_score(trainer.policy.controller(trainer.spec, cfg.catch))
 
     def more(clock: float) -> bool:  # time left and no stop asked, by this process
         return clock - start_wall < budget and not (stop is not None and stop())
@@ -337,8 +349,10 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
             row["eval_return"] = row["eval_success"] = None
             if ranks.is_main and (wall >= next_eval or
                                   (cfg.iterations and trainer.iteration >= cfg.iterations)):
-                last_eval, row["eval_success"] = trainer.evaluate()
+                last_eval, row["eval_success"], score = evaluate()
                 row["eval_return"] = last_eval
+                if score is not None:
+                    row["eval_score"] = score
                 next_eval = wall + cfg.eval_every
                 evals_done += 1
             dt = time.perf_counter() - t0
@@ -350,12 +364,14 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
                 folder.log(row)
                 if row["eval_return"] is not None:
                     extra = {"wall_time": wall, "best_return": max(best, last_eval),
-                             "eval_return": last_eval}
-                    if last_eval > best and cfg.deploy == "best":
+                             "eval_return": last_eval, **_scores(row, best_score)}
+                    if ((last_eval > best and cfg.deploy == "best")
+                            or row.get("eval_score", -math.inf) > best_score):
                         folder.checkpoint(trainer, DEPLOYED, extra)
                     folder.checkpoint(trainer, LATEST, extra)
             if last_eval is not None:
                 best = max(best, last_eval)
+                best_score = max(best_score, row.get("eval_score", -math.inf))
             bar.update(row, dt, trainer.iteration, last_eval, best)
             if on_iteration is not None:
                 on_iteration(trainer, row)
@@ -364,15 +380,17 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
         trainer.close()
         runtime.thaw()
         if folder is not None:
-            final_eval, _ = trainer.evaluate()
+            final_eval, _, final_score = evaluate()
+            final = {} if final_score is None else {"eval_score": final_score}
             extra = {"wall_time": wall, "best_return": max(best, final_eval),
-                     "eval_return": final_eval}
+                     "eval_return": final_eval, **_scores(final, best_score)}
             if calm is not None:
                 calm.offer(trainer.iteration, trainer.policy)
                 chosen, record = calm.choose()
                 folder.checkpoint(trainer, DEPLOYED, {**extra, "calm": record}, chosen.policy)
                 deployed = chosen.iteration
-            elif (cfg.deploy == "final" or final_eval > best
+            elif (cfg.deploy == "final" or (final_eval > best and cfg.deploy == "best")
+                    or final.get("eval_score", -math.inf) > best_score
                     or not (out / checkpoint_file(DEPLOYED)).exists()):
                 folder.checkpoint(trainer, DEPLOYED, extra)
             best = max(best, final_eval)
@@ -380,7 +398,15 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
             folder.close()
             plot_curve(out / METRICS, out / CURVE)
     return {"trainer": trainer, "best_return": best, "wall_time": wall,
-            "iterations": trainer.iteration, "out": out, "deployed_iteration": deployed}
+            "iterations": trainer.iteration, "out": out, "deployed_iteration": deployed,
+            "best_score": best_score}
+
+
+def _scores(row: dict, best_score: float) -> dict:
+    """A checkpoint's record of deploy score: this evaluation's and the best so far."""
+    if "eval_score" not in row:
+        return {}
+    return {"eval_score": row["eval_score"], "best_score": max(best_score, row["eval_score"])}
 
 
 def run(args) -> int:
@@ -456,6 +482,8 @@ def _train_and_report(system: str, preset: str, cfg: GRPOConfig, out: Path, resu
     if ranks.is_main:
         print(f"done: {summary['iterations']} iterations in {summary['wall_time']:.1f} s; best "
               f"evaluation return {summary['best_return']:.1f} ({cfg.eval_episodes} episodes); "
+              + (f"deployed the best RealAI score, {summary['best_score']:.3f} (deploy score); "
+                 if cfg.deploy == "score" else "")
               + (f"deployed the policy of iteration {summary['deployed_iteration']} (deploy "
                  "calm); " if summary["deployed_iteration"] is not None else "")
               + f"run folder {out} (evaluate with `grpo-ctrl eval {out}`)")

@@ -337,6 +337,7 @@ def test_long_runs_of_the_gym_pendulum_get_their_own_defaults(tmp_path, argv, fi
     (["train", "--preset", "rig", "--randomize", "delay=0,99"], "delay"),
     (["train", "--randomize", "scale.mass=0.9,1.1"], "not parameters"),
     (["train", "--randomize", "pushes=1"], "unknown randomize key"),
+    (["train", "--deploy", "score"], "has none of; choose --deploy best"),
     (["eval", "/nonexistent/run"], "neither a run folder"),
     (["eval"], "name a RUN"),
 ])
@@ -678,6 +679,49 @@ def test_deployed_pt_holds_the_best_evaluation_or_the_final_policy(tmp_path, dep
         top = max(e for e, _ in evals)
         assert best["eval_return"] == top >= latest["eval_return"]
         assert best["trainer"]["iteration"] == min(i for e, i in evals if e == top)
+
+
+def test_deploy_score_keeps_the_evaluation_with_the_best_benchmark_score(tmp_path, monkeypatch):
+    """deploy = score: deployed.pt is the policy of the evaluation whose benchmark run scored
+    highest (here a scripted sequence of scores, the final evaluation's last), whatever its
+    return; the score of each evaluation is in the metrics and the checkpoints."""
+    from grpo_ctrl import train
+    from grpo_ctrl.policy import read_checkpoint
+    from grpo_ctrl.run_folder import read_metrics
+    scripted = iter([0.1, 0.6, 0.3, 0.6, 0.2, 0.4, 0.5])
+    monkeypatch.setattr(train, "benchmark_score", lambda controller: next(scripted))
+    out = tmp_path / "run"
+    assert cli.main(["train", "--system", "double_pendulum", "--preset", "pendubot",
+                     "--out", str(out), "--iterations", "6", "--time-budget", "0",
+                     "--num-starts", "2", "--group-size", "2", "--horizon", "4",
+                     "--loss-steps", "2", "--eval-every", "0", "--eval-episodes", "1",
+                     "--lr", "0.05", "--overlap", "false", "--deploy", "score",
+                     "--quiet"]) == 0
+    rows = [r for r in read_metrics(out / "metrics.jsonl") if r["eval_return"] is not None]
+    assert [r["eval_score"] for r in rows] == [0.1, 0.6, 0.3, 0.6, 0.2, 0.4]
+    deployed, latest = read_checkpoint(out / "deployed.pt"), read_checkpoint(out / "latest.pt")
+    assert deployed["trainer"]["iteration"] == 2  # the first 0.6; the final 0.5 is lower
+    assert (deployed["eval_score"], deployed["best_score"]) == (0.6, 0.6)
+    assert (latest["eval_score"], latest["best_score"]) == (0.5, 0.6)
+    assert not all(torch.equal(deployed["net"][k], latest["net"][k]) for k in latest["net"])
+
+
+def test_deploy_score_records_the_score_eval_prints(tmp_path, capsys):
+    """The score deploy = score chooses by is the one `grpo-ctrl eval RUN --score realaigym`
+    prints for the deployed policy: its run of 10 s from hanging on the benchmark model."""
+    from grpo_ctrl.policy import read_checkpoint
+    out = tmp_path / "run"
+    assert cli.main(["train", "--system", "double_pendulum", "--preset", "pendubot-real",
+                     "--out", str(out), "--iterations", "2", "--time-budget", "0",
+                     "--num-starts", "2", "--group-size", "2", "--horizon", "4",
+                     "--loss-steps", "2", "--eval-every", "0", "--eval-episodes", "1",
+                     "--overlap", "false", "--deploy", "score", "--quiet"]) == 0
+    capsys.readouterr()
+    assert cli.main(["eval", str(out), "--score", "realaigym"]) == 0
+    table = capsys.readouterr().out
+    assert "double_pendulum/pendubot)" in table  # the -real preset's robot's benchmark model
+    printed = table.split("RealAI score")[1].split()[0]
+    assert printed == f"{read_checkpoint(out / 'deployed.pt')['best_score']:.3f}"
 
 
 def test_deploy_calm_rule():
