@@ -394,6 +394,7 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
                     or not (out / checkpoint_file(DEPLOYED)).exists()):
                 folder.checkpoint(trainer, DEPLOYED, extra)
             best = max(best, final_eval)
+            best_score = max(best_score, final.get("eval_score", -math.inf))
             folder.checkpoint(trainer, LATEST, extra)
             folder.close()
             plot_curve(out / METRICS, out / CURVE)
