@@ -346,7 +346,7 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
                     and trainer.iteration % cfg.calm_every == 0):
                 calm.offer(trainer.iteration, trainer.policy)
             shared = row.pop("lead", None)
-            row["eval_return"] = row["eval_success"] = None
+            row["eval_return"] = row["eval_success"] = score = None
             if ranks.is_main and (wall >= next_eval or
                                   (cfg.iterations and trainer.iteration >= cfg.iterations)):
                 last_eval, row["eval_success"], score = evaluate()
@@ -355,6 +355,9 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
                     row["eval_score"] = score
                 next_eval = wall + cfg.eval_every
                 evals_done += 1
+            improved = score is not None and score > best_score  # deploy score's choice
+            if improved:
+                best_score = score
             dt = time.perf_counter() - t0
             wall += dt
             row["wall_time"] = wall
@@ -364,14 +367,12 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
                 folder.log(row)
                 if row["eval_return"] is not None:
                     extra = {"wall_time": wall, "best_return": max(best, last_eval),
-                             "eval_return": last_eval, **_scores(row, best_score)}
-                    if ((last_eval > best and cfg.deploy == "best")
-                            or row.get("eval_score", -math.inf) > best_score):
+                             "eval_return": last_eval, **_score_record(score, best_score)}
+                    if (last_eval > best and cfg.deploy == "best") or improved:
                         folder.checkpoint(trainer, DEPLOYED, extra)
                     folder.checkpoint(trainer, LATEST, extra)
             if last_eval is not None:
                 best = max(best, last_eval)
-                best_score = max(best_score, row.get("eval_score", -math.inf))
             bar.update(row, dt, trainer.iteration, last_eval, best)
             if on_iteration is not None:
                 on_iteration(trainer, row)
@@ -381,20 +382,21 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
         runtime.thaw()
         if folder is not None:
             final_eval, _, final_score = evaluate()
-            final = {} if final_score is None else {"eval_score": final_score}
+            improved = final_score is not None and final_score > best_score
+            if improved:
+                best_score = final_score
             extra = {"wall_time": wall, "best_return": max(best, final_eval),
-                     "eval_return": final_eval, **_scores(final, best_score)}
+                     "eval_return": final_eval, **_score_record(final_score, best_score)}
             if calm is not None:
                 calm.offer(trainer.iteration, trainer.policy)
                 chosen, record = calm.choose()
                 folder.checkpoint(trainer, DEPLOYED, {**extra, "calm": record}, chosen.policy)
                 deployed = chosen.iteration
             elif (cfg.deploy == "final" or (final_eval > best and cfg.deploy == "best")
-                    or final.get("eval_score", -math.inf) > best_score
+                    or improved
                     or not (out / checkpoint_file(DEPLOYED)).exists()):
                 folder.checkpoint(trainer, DEPLOYED, extra)
             best = max(best, final_eval)
-            best_score = max(best_score, final.get("eval_score", -math.inf))
             folder.checkpoint(trainer, LATEST, extra)
             folder.close()
             plot_curve(out / METRICS, out / CURVE)
@@ -403,11 +405,9 @@ def train(system: str, preset: str, cfg: GRPOConfig, out: Path | None, resume: b
             "best_score": best_score}
 
 
-def _scores(row: dict, best_score: float) -> dict:
+def _score_record(score: float | None, best_score: float) -> dict:
     """A checkpoint's record of deploy score: this evaluation's and the best so far."""
-    if "eval_score" not in row:
-        return {}
-    return {"eval_score": row["eval_score"], "best_score": max(best_score, row["eval_score"])}
+    return {} if score is None else {"eval_score": score, "best_score": best_score}
 
 
 def run(args) -> int:
