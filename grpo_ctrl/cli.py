@@ -19,6 +19,7 @@ COMMANDS = {
     "train": ("grpo_ctrl.fit", "train a controller with GRPO (--fit: sized for a board)"),
     "eval": ("grpo_ctrl.cli_eval", "evaluate a trained run or a baseline controller"),
     "distill": ("grpo_ctrl.distill", "a controller's behaviour in a small network (DAgger)"),
+    "trajopt": ("grpo_ctrl.trajopt", "a double pendulum's swing-up optimised on RealAIGym's score, cloned into a network"),
     "replay": ("grpo_ctrl.cli_video", "draw a rig's run from its telemetry (grpo-ctrl run --log) as a GIF or MP4"),
     "baselines": ("grpo_ctrl.baselines.report", "tabulate the classic controllers on every plant"),
     "export": ("grpo_ctrl.export.cli_export", "export a controller to ONNX and/or C"),

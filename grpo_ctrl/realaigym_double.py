@@ -187,15 +187,21 @@ def from_realaigym(csv_path) -> Trajectory:
 
 
 def simulate(policy, preset: str = "acrobot", n: int = 1, seed: int = 0,
-             params: dict | None = None) -> list[Trajectory]:
+             params: dict | None = None, catch: float = 0.0) -> list[Trajectory]:
     """``n`` benchmark runs of ``policy`` (observations ``(B, 6)`` float32 to
     torques ``(B,)`` in N m) on our ``double_pendulum`` preset: 5000 steps
     of 2 ms from hanging at rest, recorded as their simulator records
     (the start state, the state after each step but the last, the applied
-    torques). ``params``: parameter overrides, {name: value or (n,) values}."""
+    torques). ``params``: parameter overrides, {name: value or (n,) values};
+    ``catch`` > 0: the LQR about upright catches the plant inside x'Px < catch in
+    the simulator's step (``LQRCatch``'s blend, in C: one torch call for the whole
+    record, not one a step)."""
+    from grpo_ctrl.baselines.lqr import catch_overrides
+    from grpo_ctrl.plant import plant_spec
     from grpo_ctrl.sim import BatchSim
 
-    sim = BatchSim("double_pendulum", n, preset, seed=seed)
+    spec = plant_spec("double_pendulum", preset)
+    sim = BatchSim("double_pendulum", n, preset, seed=seed, **catch_overrides(spec, catch))
     sim.reset()
     # after the reset, which restores the nominal parameters
     for name, v in (params or {}).items():
@@ -212,8 +218,24 @@ def simulate(policy, preset: str = "acrobot", n: int = 1, seed: int = 0,
         u = np.clip(np.asarray(policy(obs), dtype=np.float32).reshape(n), -u_max, u_max)
         us[k] = u
         obs = sim.step(u)[0].copy()
+    if catch:
+        us = _caught(spec, catch, xs, us)
     t = np.arange(steps) * sim.spec.dt
     return [Trajectory.of(t, xs[:, b, :2], xs[:, b, 2:], us[:, b], actuated) for b in range(n)]
+
+
+def _caught(spec, catch: float, xs: np.ndarray, us: np.ndarray) -> np.ndarray:
+    """The torques the catch applied at states ``xs (T, B, 4)`` to commands ``us (T, B)``."""
+    import torch
+
+    from grpo_ctrl.baselines.lqr import LQRCatch, design
+
+    lqr_catch = LQRCatch(torch.nn.Identity(), spec, design(spec.system, spec.preset), catch)
+    x = np.concatenate([(xs[..., :2] + np.pi) % (2 * np.pi) - np.pi, xs[..., 2:]], axis=-1)
+    with torch.no_grad():
+        u = lqr_catch.blend(torch.as_tensor(x.reshape(-1, 4), dtype=torch.float32),
+                            torch.as_tensor(us.reshape(-1, 1), dtype=torch.float32))
+    return u.numpy().astype(np.float64).reshape(us.shape)
 
 
 # ---------------------------------------------------------------- robustness v2

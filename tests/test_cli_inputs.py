@@ -69,6 +69,8 @@ ACCEPTED = {
     ("eval", "--video-episodes"): ({"zero"}, "episode 0 is the first"),
     ("firmware", "--start-angle"): ({"zero", "negative"}, "an angle from upright"),
     ("distill", "--out"): (ANY, "any text names a run folder"),
+    ("trajopt", "--out"): (ANY, "any text names a run folder"),
+    ("trajopt", "--seed"): ({"zero"}, "seed 0"),
     ("distill", "--seed"): ({"zero"}, "seed 0"),
 }
 for _command in ("train", "demo", "eval", "baselines", "hil"):
@@ -158,6 +160,7 @@ def _base(command: str, folder) -> tuple[dict, list[str]]:
                                                  "--hidden", "2", "--layers", "1",
                                                  "--out", str(folder / "distilled")]),
         "replay": ({"telemetry": str(folder / "t.csv")}, ["--video", str(folder / "r.gif")]),
+        "trajopt": ({"run": str(folder / "no-such-run")}, ["--out", str(folder / "t")]),
     }.get(command, ({}, []))
 
 

@@ -39,7 +39,7 @@ LAYERS = [
                   "grpo_ctrl.train_log"]),
     ("export", ["grpo_ctrl.export"]),
     ("serial bridge", ["grpo_ctrl.firmware_bridge", "grpo_ctrl.sysid"]),
-    ("application", ["grpo_ctrl.cli", "grpo_ctrl.fit", "grpo_ctrl.distill", "grpo_ctrl.__main__", "grpo_ctrl.demo", "grpo_ctrl.bench_cli",
+    ("application", ["grpo_ctrl.cli", "grpo_ctrl.fit", "grpo_ctrl.distill", "grpo_ctrl.trajopt", "grpo_ctrl.__main__", "grpo_ctrl.demo", "grpo_ctrl.bench_cli",
                      "grpo_ctrl.cli_eval", "grpo_ctrl.cli_sysid", "grpo_ctrl.cli_video", "grpo_ctrl.baselines.report",
                      "grpo_ctrl.export.cli_export", "grpo_ctrl.export.cli_inspect",
                      "grpo_ctrl.export.cli_verify"]),

@@ -192,12 +192,16 @@ class LQRCatch(nn.Module):
         """(N, 1): the LQR's share of the command for observations obs (N, nobs)."""
         return self.share(obs_to_state(self.spec, obs))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs_to_state(self.spec, obs)
+    def blend(self, x: torch.Tensor, inner: torch.Tensor) -> torch.Tensor:
+        """(N, 1): the command at states x (N, nx) where the inner controller commands
+        ``inner`` (N, 1)."""
         share = self.share(x)
         u_max = self.spec.u_max
         lqr = torch.clamp(-portable.dot(x, self.gain[0]), -u_max, u_max)
-        return torch.clamp(share * lqr + (1.0 - share) * self.inner(obs), -u_max, u_max)
+        return torch.clamp(share * lqr + (1.0 - share) * inner, -u_max, u_max)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.blend(obs_to_state(self.spec, obs), self.inner(obs))
 
 
 def catch_overrides(spec: PlantSpec, level: float) -> dict:

@@ -1,0 +1,254 @@
+"""``grpo-ctrl trajopt``: a double pendulum's swing-up found by trajectory optimisation on
+RealAIGym's score, cloned into a policy network.
+
+    grpo-ctrl trajopt --system double_pendulum --preset pendubot --out runs/pendubot-trajopt
+    grpo-ctrl eval runs/pendubot-trajopt --score realaigym
+
+The benchmark scores one run from one start (hanging at rest, 10 s), so the best controller
+for it is a torque sequence from that start and a stabiliser at the top. The search: a
+feedforward torque, knots every ``knot_s`` seconds over the first ``duration`` seconds
+(linear between them, zero after), with the LQR about upright catching the plant inside
+x'Px < ``catch`` (``LQRCatch``: its blend moves the command continuously). The cross-entropy
+method on the knots: each generation draws ``population`` candidates from independent
+normals (clipped to the motor's limit), runs them all on the benchmark's model, and moves the
+mean and the spread toward the best ``elite`` share. A candidate's fitness is its RealAI score
+v2 where it succeeds; where it fails, minus log(1 + the least x'Px it reached) / 10, how near it
+came to the catch, so that failing candidates still rank. The spread keeps a floor that falls
+from ``sigma_floor`` to ``sigma_min`` over the first half of the generations: a spread that
+collapses early locks the search into a failing swing (docs/double_pendulum.md).
+
+The clone. A network of the preset's training architecture fits the feedforward torque at the
+states of the best run, to the end of the feedforward (the catch decides the command after
+it); its observation normaliser is those states'. With the catch, it is a controller of the
+observation like a trained policy: ``eval``, ``export``, ``hil`` / ``run`` take it, and
+``grpo-ctrl train --init`` starts from it.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from grpo_ctrl.errors import UserError
+from grpo_ctrl.option_types import number
+
+SYSTEM = "double_pendulum"
+
+
+@dataclass
+class TrajoptConfig:
+    duration: float = 1.6        # s of feedforward torque from the start
+    knot_s: float = 0.05         # s between the torque's knots
+    catch: float = 100.0         # the LQR catches inside x'Px < catch
+    population: int = 96         # candidates a generation
+    generations: int = 1500
+    elite: float = 0.125         # share of the population the distribution moves toward
+    smoothing: float = 0.7       # weight of the elite's statistics in the new mean and spread
+    sigma_init: float = 3.0      # N m, the first generation's spread
+    sigma_floor: float = 0.5     # N m, the spread's floor at the start, falling to sigma_min
+    sigma_min: float = 0.02      # N m, by half the generations
+    clone_steps: int = 4000      # Adam steps of the clone's fit
+    clone_lr: float = 1e-3
+    seed: int = 0
+
+
+class Feedforward:
+    """Torques of ``knots (N, K)`` for N runs: at step k of ``dt`` seconds, the knots'
+    linear interpolation at t = k dt (knot i at t = i knot_s), zero from the last knot's time
+    on. Counts its calls: one per control step since ``reset``, as ``simulate`` calls it."""
+
+    def __init__(self, knots: np.ndarray, knot_s: float, dt: float):
+        self.knots = np.atleast_2d(np.asarray(knots, dtype=np.float64))
+        self.knot_s, self.dt, self.step = float(knot_s), float(dt), 0
+
+    @property
+    def duration(self) -> float:
+        return (self.knots.shape[1] - 1) * self.knot_s
+
+    def reset(self, n: int | None = None) -> None:
+        self.step = 0
+
+    def torque_at(self, t: float) -> np.ndarray:
+        """(N,) the torques at time t."""
+        s = t / self.knot_s
+        i = int(np.floor(s))
+        if i >= self.knots.shape[1] - 1:
+            return np.zeros(self.knots.shape[0])
+        w = s - i
+        return self.knots[:, i] * (1.0 - w) + self.knots[:, i + 1] * w
+
+    def __call__(self, obs) -> np.ndarray:
+        u = self.torque_at(self.step * self.dt)
+        self.step += 1
+        return u
+
+
+def run_candidates(knots: np.ndarray, preset: str, cfg: TrajoptConfig) -> tuple:
+    """Benchmark runs of each row of ``knots``, caught by the LQR: (fitness (N,), the
+    criteria of each run (dicts), the trajectories)."""
+    from grpo_ctrl import realaigym_double as R
+    from grpo_ctrl.baselines.lqr import design, region_matrix
+    from grpo_ctrl.plant import plant_spec
+
+    spec = plant_spec(SYSTEM, preset)
+    runs = R.simulate(Feedforward(knots, cfg.knot_s, spec.dt), preset, n=len(knots),
+                      catch=cfg.catch)
+    P = region_matrix(spec, design(SYSTEM, preset))
+    fitness, evaluated = np.empty(len(runs)), []
+    for i, tr in enumerate(runs):
+        e = R.evaluate(tr)
+        evaluated.append(e)
+        if e["success"]:
+            fitness[i] = e["score"]
+        else:  # how near it came to the catch (angles wrapped to [-pi, pi))
+            x = np.concatenate([(tr.q + np.pi) % (2 * np.pi) - np.pi, tr.qd], axis=1)
+            least = np.einsum("ni,ij,nj->n", x, P, x).min()
+            fitness[i] = -np.log1p(max(least, 0.0)) / 10.0
+    return fitness, evaluated, runs
+
+
+@dataclass
+class Search:
+    knots: np.ndarray       # (K,) the best candidate's
+    criteria: dict          # its benchmark run's criteria and score
+    history: list           # per generation: (best fitness so far, the generation's best)
+
+
+def search(preset: str, cfg: TrajoptConfig, log=print) -> Search:
+    """The cross-entropy method over the feedforward's knots (the module's docstring)."""
+    from grpo_ctrl.plant import plant_spec
+
+    u_max = plant_spec(SYSTEM, preset).u_max
+    rng = np.random.default_rng(cfg.seed)
+    nk = int(round(cfg.duration / cfg.knot_s)) + 1
+    mean, sigma = np.zeros(nk), np.full(nk, cfg.sigma_init)
+    n_elite = max(2, int(round(cfg.elite * cfg.population)))
+    best, best_knots, best_criteria, history = -np.inf, mean, {}, []
+    start = time.monotonic()
+    for gen in range(cfg.generations):
+        cand = np.clip(mean + sigma * rng.standard_normal((cfg.population, nk)), -u_max, u_max)
+        cand[0] = np.clip(mean, -u_max, u_max)  # the mean itself, every generation
+        fitness, evaluated, _ = run_candidates(cand, preset, cfg)
+        order = np.argsort(-fitness)
+        if fitness[order[0]] > best:
+            best, best_knots, best_criteria = fitness[order[0]], cand[order[0]].copy(), \
+                evaluated[order[0]]
+        history.append((float(best), float(fitness[order[0]])))
+        elite = cand[order[:n_elite]]
+        floor = max(cfg.sigma_min, cfg.sigma_floor - (cfg.sigma_floor - cfg.sigma_min) *
+                    gen / max(1.0, cfg.generations / 2))
+        mean = cfg.smoothing * elite.mean(0) + (1 - cfg.smoothing) * mean
+        sigma = np.maximum(cfg.smoothing * elite.std(0) + (1 - cfg.smoothing) * sigma, floor)
+        if gen % 100 == 0 or gen == cfg.generations - 1:
+            log(f"generation {gen + 1}/{cfg.generations}: best RealAI score "
+                f"{max(best, 0.0):.4f}, {time.monotonic() - start:.0f} s")
+    return Search(best_knots, best_criteria, history)
+
+
+def clone(init: str, knots: np.ndarray, cfg: TrajoptConfig, log=print):
+    """The trained policy of run ``init`` fitted to the feedforward of ``knots`` at the states
+    of its caught run, up to the feedforward's end (its normaliser kept); and the root mean
+    square of the fit's error, N m."""
+    import torch
+
+    from grpo_ctrl.baselines.lqr import LQRCatch, catch_overrides, design, obs_to_state
+    from grpo_ctrl.grpo import init_policy
+    from grpo_ctrl.plant import plant_spec
+    from grpo_ctrl.sim import BatchSim
+
+    policy, (_, preset), _ = init_policy(init)
+    spec = plant_spec(SYSTEM, preset)
+    ff = Feedforward(knots, cfg.knot_s, spec.dt)
+    sim = BatchSim(SYSTEM, 1, preset, **catch_overrides(spec, cfg.catch))
+    obs, torque = [sim.reset().copy()], []
+    for _ in range(int(round(ff.duration / spec.dt))):
+        torque.append(ff(obs[-1]))
+        obs.append(sim.step(torque[-1].astype(np.float32))[0].copy())
+    x = torch.as_tensor(np.concatenate(obs[:-1]), dtype=torch.float32)
+    y = torch.as_tensor(np.concatenate(torque), dtype=torch.float32)
+    # where the LQR alone commands (x'Px < catch), the feedforward's knots were never
+    # tried: the clone learns the LQR's command there, so that about upright it agrees
+    # with the catch's blend instead of pushing the pendulum out of it
+    lqr_catch = LQRCatch(torch.nn.Identity(), spec, design(SYSTEM, preset), cfg.catch)
+    with torch.no_grad():
+        state = obs_to_state(spec, x)
+        caught = lqr_catch.share(state).reshape(-1) >= 1.0
+        y = torch.where(caught, lqr_catch.blend(state, y.reshape(-1, 1)).reshape(-1), y)
+    xn = policy.normalise(x)
+    opt = torch.optim.Adam(policy.net.parameters(), lr=cfg.clone_lr)
+    for step in range(cfg.clone_steps):
+        loss = ((policy.u_max * torch.tanh(policy.mu(xn)) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        rms = float(((policy.u_max * torch.tanh(policy.mu(xn)) - y) ** 2).mean().sqrt())
+    log(f"cloned into {spec.nobs}-{'-'.join([str(policy.arch['hidden'])] * policy.arch['layers'])}"
+        f"-1 at {len(x)} states: the command's error {rms:.3g} N m rms")
+    return policy, rms
+
+
+def save_run(policy, preset: str, cfg: TrajoptConfig, found: Search, out: Path) -> Path:
+    """``out`` as a run folder: config.toml and the deployed checkpoint (the clone, with its
+    catch; the knots and their run's criteria beside it)."""
+    from grpo_ctrl.files import write_toml
+    from grpo_ctrl.plant import plant_spec
+    from grpo_ctrl.policy import save_checkpoint
+    from grpo_ctrl.run_folder import CONFIG, DEPLOYED, checkpoint_file
+
+    spec = plant_spec(SYSTEM, preset)
+    out.mkdir(parents=True, exist_ok=True)
+    config = {**policy.arch, "catch": cfg.catch}
+    config.pop("nobs")
+    found_record = {"knots": [float(k) for k in found.knots],
+                    **{k: float(v) for k, v in found.criteria.items()}}
+    write_toml(out / CONFIG, {"system": SYSTEM, "preset": preset, **config,
+                              **{f"trajopt_{k}": v for k, v in asdict(cfg).items()}})
+    path = out / checkpoint_file(DEPLOYED)
+    save_checkpoint(policy.checkpoint(spec, config, {"trajopt": found_record}), path)
+    return path
+
+
+# ---------------------------------------------------------------- the command
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="a trained run (folder or checkpoint) of double_pendulum's "
+                               "acrobot or pendubot: the network the swing-up is cloned into")
+    p.add_argument("--out", required=True, help="run folder to write")
+    p.add_argument("--generations", type=number(int, 1, 10**6),
+                   default=TrajoptConfig.generations,
+                   help=f"generations of the search (default {TrajoptConfig.generations})")
+    p.add_argument("--duration", type=number(float, 0.1, 10.0), default=TrajoptConfig.duration,
+                   metavar="S", help="seconds of feedforward torque from the start "
+                                     f"(default {TrajoptConfig.duration})")
+    p.add_argument("--seed", type=number(int, 0, 2**31 - 1), default=0)
+
+
+def run(args) -> int:
+    from grpo_ctrl import realaigym_double as R
+    from grpo_ctrl.grpo import init_policy
+    from grpo_ctrl.plant import plant_spec
+
+    system, preset = init_policy(args.run)[1]
+    if (system, preset) not in ((SYSTEM, "acrobot"), (SYSTEM, "pendubot")):
+        raise UserError(f"{args.run!r} was trained on {system}/{preset}; trajopt optimises the "
+                        f"simulation leaderboard's run of {SYSTEM}'s acrobot or pendubot: "
+                        f"give a run of one of them")
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"--out {args.out!r} exists and is not an empty folder")
+    cfg = TrajoptConfig(generations=args.generations, duration=args.duration, seed=args.seed)
+    found = search(preset, cfg, lambda line: print(line, flush=True))
+    if not found.criteria.get("success"):
+        raise UserError(f"no candidate of {cfg.generations} generations swung up and was "
+                        f"caught; run more --generations or another --seed")
+    policy, _ = clone(args.run, found.knots, cfg, lambda line: print(line, flush=True))
+    path = save_run(policy, preset, cfg, found, out)
+    cloned = R.benchmark_score(policy.controller(plant_spec(SYSTEM, preset), cfg.catch))
+    print(f"the feedforward caught by the LQR: RealAI score {found.criteria['score']:.4f} "
+          f"(swing-up {found.criteria['swingup_time']:.2f} s, torque cost "
+          f"{found.criteria['tau_cost']:.2f}); cloned into {args.run}'s network: "
+          f"{cloned:.4f}: {path}; evaluate with grpo-ctrl eval {out} --score realaigym")
+    return 0

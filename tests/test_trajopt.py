@@ -1,0 +1,178 @@
+"""``grpo-ctrl trajopt``: the feedforward's torque, the benchmark runs it is judged on (the
+torque recorded is the torque the plant received, the catch's included), the search's
+bookkeeping, the clone into a trained network and the command's refusals."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grpo_ctrl import realaigym_double as R
+from grpo_ctrl import trajopt
+from grpo_ctrl.baselines.lqr import LQRCatch, design, region_matrix
+from grpo_ctrl.cli import main
+from grpo_ctrl.plant import plant_spec
+from grpo_ctrl.policy import load_policy_controller
+from grpo_ctrl.trajopt import Feedforward, Search, TrajoptConfig, clone, run_candidates, search
+
+SWING = json.loads((Path(__file__).parent / "data" / "pendubot_feedforward.json").read_text())
+
+
+def test_the_feedforward_interpolates_its_knots_and_stops_after_the_last():
+    ff = Feedforward([[0.0, 1.0, -1.0], [2.0, 2.0, 2.0]], knot_s=0.05, dt=0.002)
+    assert ff.duration == pytest.approx(0.1)
+    got = [ff(None) for _ in range(60)]      # steps 0 .. 59, t = 2 ms each
+    np.testing.assert_allclose(got[0], [0.0, 2.0])
+    np.testing.assert_allclose(got[12], [0.48, 2.0], atol=1e-12)     # t = 0.024
+    np.testing.assert_allclose(got[25], [1.0, 2.0], atol=1e-12)      # t = 0.05, the knot
+    np.testing.assert_allclose(got[37], [0.04, 2.0], atol=1e-12)     # 1 - 2 (0.024 / 0.05)
+    np.testing.assert_allclose(got[50], [0.0, 0.0])                  # t = 0.1: after the last
+    ff.reset()
+    np.testing.assert_allclose(ff(None), [0.0, 2.0])
+
+
+def test_a_caught_run_records_the_torque_the_plant_received():
+    """The stored swing-up, caught by the LQR in the simulator's step: its recorded torques,
+    replayed on the plant without the catch, fly the same swing-up into the catch (1.4 s; the
+    hold after it is unstable without feedback, so a replay's round-off grows there)."""
+    (caught,) = R.simulate(Feedforward(SWING["knots"], SWING["knot_s"], 0.002), "pendubot",
+                           catch=100.0)
+    tau = caught.tau[:, 0]
+
+    class Replay:
+        k = 0
+
+        def __call__(self, obs):
+            self.k += 1
+            return tau[self.k - 1:self.k]
+
+    (replayed,) = R.simulate(Replay(), "pendubot")
+    steps = 700
+    assert np.max(np.abs(replayed.q[:steps] - caught.q[:steps])) < 1e-4
+    # the catch did act by then: the recorded torque departs from the feedforward's
+    ff = Feedforward(SWING["knots"], SWING["knot_s"], 0.002)
+    commanded = np.array([ff(None)[0] for _ in range(steps)])
+    assert np.max(np.abs(tau[:steps] - commanded)) > 0.1
+    assert np.abs(tau[:500] - commanded[:500]).max() < 1e-5  # before it, the feedforward's
+
+
+def test_fitness_is_the_score_of_a_success_and_ranks_a_failure_by_its_nearest_approach():
+    cfg = TrajoptConfig()
+    knots = np.array([SWING["knots"], np.zeros(len(SWING["knots"]))])
+    fitness, criteria, runs = run_candidates(knots, "pendubot", cfg)
+    assert criteria[0]["success"] and fitness[0] == criteria[0]["score"] > 0.69
+    assert criteria[0] == R.evaluate(runs[0])
+    # no torque: it hangs still, nearest the catch at the start, x = (-pi, 0, 0, 0) wrapped
+    P = region_matrix(plant_spec("double_pendulum", "pendubot"),
+                      design("double_pendulum", "pendubot"))
+    assert not criteria[1]["success"]
+    assert fitness[1] == pytest.approx(-np.log1p(P[0, 0] * np.pi ** 2) / 10, rel=1e-9)
+
+
+def test_the_search_keeps_its_best_run_and_repeats_with_its_seed():
+    cfg = TrajoptConfig(population=8, generations=3, seed=5)
+    found = search("pendubot", cfg, log=lambda line: None)
+    best = [b for b, _ in found.history]
+    assert best == sorted(best) and best[-1] == max(g for _, g in found.history)
+    assert len(found.knots) == round(cfg.duration / cfg.knot_s) + 1
+    assert np.all(np.abs(found.knots) <= 6.0)
+    _, criteria, _ = run_candidates(found.knots[None], "pendubot", cfg)
+    assert criteria[0] == found.criteria
+    again = search("pendubot", cfg, log=lambda line: None)
+    np.testing.assert_array_equal(again.knots, found.knots)
+    other = search("pendubot", TrajoptConfig(population=8, generations=3, seed=6),
+                   log=lambda line: None)
+    assert not np.array_equal(other.knots, found.knots)
+
+
+@pytest.fixture(scope="module")
+def pendubot_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("trajopt") / "pendubot"
+    assert main(["train", "--system", "double_pendulum", "--preset", "pendubot",
+                 "--iterations", "2", "--time-budget", "0", "--overlap", "false",
+                 "--num-starts", "4", "--group-size", "2", "--eval-episodes", "1",
+                 "--out", str(out)]) == 0
+    return out
+
+
+def test_the_clone_learns_the_feedforward_in_the_trained_network(pendubot_run, tmp_path):
+    cfg = TrajoptConfig(clone_steps=600)
+    knots = np.array(SWING["knots"])
+    before = load_policy_controller(pendubot_run)
+    policy, rms = clone(str(pendubot_run), knots, cfg, log=lambda line: None)
+    ff = Feedforward(knots, cfg.knot_s, 0.002)
+    (run,) = R.simulate(Feedforward(knots, cfg.knot_s, 0.002), "pendubot", catch=100.0)
+    obs = np.stack([np.cos(run.q[:, 0]), np.sin(run.q[:, 0]), np.cos(run.q[:, 1]),
+                    np.sin(run.q[:, 1]), run.qd[:, 0], run.qd[:, 1]], 1).astype(np.float32)
+    want = np.array([ff(None)[0] for _ in range(500)])   # before the catch acts
+    spec = plant_spec("double_pendulum", "pendubot")
+    from grpo_ctrl.controller import act
+    after = act(policy.controller(spec), obs[:500])
+    untrained = act(before, obs[:500])
+    assert np.sqrt(np.mean((after - want) ** 2)) < 0.5 * np.sqrt(np.mean((untrained - want) ** 2))
+    assert rms < 0.5
+    found = Search(knots, {"score": 0.698}, [])
+    path = trajopt.save_run(policy, "pendubot", cfg, found, tmp_path / "clone")
+    ctrl = load_policy_controller(tmp_path / "clone")
+    assert isinstance(ctrl, LQRCatch) and ctrl.level == 100.0
+    np.testing.assert_allclose(act(ctrl.inner, obs[:500]), after, atol=1e-6)
+    assert path.name == "deployed.pt"
+    # a GRPO run starts from it: its network, its catch
+    assert main(["train", "--init", str(tmp_path / "clone"), "--iterations", "1",
+                 "--time-budget", "0", "--overlap", "false", "--num-starts", "2",
+                 "--group-size", "2", "--horizon", "8", "--loss-steps", "4",
+                 "--eval-episodes", "1", "--out", str(tmp_path / "tuned")]) == 0
+
+
+def test_the_command_writes_a_run_that_eval_scores(pendubot_run, tmp_path, monkeypatch,
+                                                   capsys):
+    """The command with its search stood in by the stored swing-up (a real search takes
+    minutes): the clone's run, its two scores printed, the one eval prints."""
+    knots = np.array(SWING["knots"])
+
+    def stored(preset, cfg, log):
+        _, criteria, _ = run_candidates(knots[None], preset, cfg)
+        return Search(knots, criteria[0], [])
+
+    monkeypatch.setattr(trajopt, "search", stored)
+    monkeypatch.setattr(trajopt.TrajoptConfig, "clone_steps", 300)
+    out = tmp_path / "clone"
+    assert main(["trajopt", str(pendubot_run), "--out", str(out)]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "RealAI score 0.6979" in line and str(out) in line
+    cloned = float(line.split("network: ")[1].split(":")[0])
+    assert main(["eval", str(out), "--score", "realaigym"]) == 0
+    printed = capsys.readouterr().out
+    score = [row for row in printed.splitlines() if row.startswith("RealAI score")][0]
+    assert float(score.split()[2]) == pytest.approx(cloned, abs=5e-4)
+
+
+def test_the_command_refuses_what_it_cannot_do_before_any_search(pendubot_run, tmp_path,
+                                                                  capsys):
+    pend = tmp_path / "pendulum"
+    assert main(["train", "--system", "pendulum", "--preset", "gym", "--iterations", "1",
+                 "--time-budget", "0", "--overlap", "false", "--eval-episodes", "1",
+                 "--out", str(pend)]) == 0
+    capsys.readouterr()
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("")
+    for argv, message in [
+            (["trajopt", str(pend), "--out", str(tmp_path / "a")], "acrobot or pendubot"),
+            (["trajopt", str(pendubot_run), "--out", str(full)], "not an empty folder"),
+            (["trajopt", str(tmp_path / "none"), "--out", str(tmp_path / "b")],
+             "does not exist"),
+            (["trajopt", str(pendubot_run), "--out", str(tmp_path / "c"),
+              "--generations", "0"], "generations")]:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and err.count("\n") == 1, err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
+    # a search that finds no swing-up writes nothing (0.1 s of torque: under 0.5 J of the
+    # 7.65 J the pendubot needs to stand up)
+    assert main(["trajopt", str(pendubot_run), "--out", str(tmp_path / "d"),
+                 "--generations", "1", "--duration", "0.1"]) == 2
+    assert "no candidate of 1 generations swung up" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
