@@ -26,6 +26,7 @@ observation like a trained policy: ``eval``, ``export``, ``hil`` / ``run`` take 
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -50,7 +51,8 @@ class TrajoptConfig:
     sigma_init: float = 3.0      # N m, the first generation's spread
     sigma_floor: float = 0.5     # N m, the spread's floor at the start, falling to sigma_min
     sigma_min: float = 0.02      # N m, by half the generations
-    clone_steps: int = 4000      # Adam steps of the clone's fit
+    clone_steps: int = 8000      # Adam steps of the clone's fit
+    clone_check: int = 500       # steps between the fit's snapshots flown in the benchmark
     clone_lr: float = 1e-3
     seed: int = 0
 
@@ -150,10 +152,11 @@ def search(preset: str, cfg: TrajoptConfig, log=print) -> Search:
 
 def clone(init: str, knots: np.ndarray, cfg: TrajoptConfig, log=print):
     """The trained policy of run ``init`` fitted to the feedforward of ``knots`` at the states
-    of its caught run, up to the feedforward's end (its normaliser kept); and the root mean
-    square of the fit's error, N m."""
+    of its caught run, up to the LQR's taking over (its normaliser kept): the fit's snapshot
+    that scores best in the benchmark's run, and that score."""
     import torch
 
+    from grpo_ctrl import realaigym_double as R
     from grpo_ctrl.baselines.lqr import LQRCatch, catch_overrides, design, obs_to_state
     from grpo_ctrl.grpo import init_policy
     from grpo_ctrl.plant import plant_spec
@@ -169,26 +172,41 @@ def clone(init: str, knots: np.ndarray, cfg: TrajoptConfig, log=print):
         obs.append(sim.step(torque[-1].astype(np.float32))[0].copy())
     x = torch.as_tensor(np.concatenate(obs[:-1]), dtype=torch.float32)
     y = torch.as_tensor(np.concatenate(torque), dtype=torch.float32)
-    # where the LQR alone commands (x'Px < catch), the feedforward's knots were never
-    # tried: the clone learns the LQR's command there, so that about upright it agrees
-    # with the catch's blend instead of pushing the pendulum out of it
+    # to the step where the LQR alone takes over (x'Px < catch): after it the feedforward's
+    # knots were never tried, and what the network learned in training holds there
     lqr_catch = LQRCatch(torch.nn.Identity(), spec, design(SYSTEM, preset), cfg.catch)
     with torch.no_grad():
-        state = obs_to_state(spec, x)
-        caught = lqr_catch.share(state).reshape(-1) >= 1.0
-        y = torch.where(caught, lqr_catch.blend(state, y.reshape(-1, 1)).reshape(-1), y)
+        caught = (lqr_catch.share(obs_to_state(spec, x)).reshape(-1) >= 1.0).numpy()
+    n = int(np.argmax(caught)) if caught.any() else len(x)
+    x, y = x[:n], y[:n]
     xn = policy.normalise(x)
     opt = torch.optim.Adam(policy.net.parameters(), lr=cfg.clone_lr)
-    for step in range(cfg.clone_steps):
+    # the step falls to 1 % of clone_lr (cosine): the last steps settle the fit
+    fall = torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.clone_steps, cfg.clone_lr / 100)
+
+    def error() -> float:
+        with torch.no_grad():
+            return float(((policy.u_max * torch.tanh(policy.mu(xn)) - y) ** 2).mean().sqrt())
+
+    # a small error of the fit is no promise of the closed loop (the swing-up magnifies a
+    # deviation, and off the run's states the fit is free): the fit's snapshots every
+    # clone_check steps fly the benchmark's run, and the best-scoring one is kept
+    best = (-1.0, None, None, 0)
+    for step in range(1, cfg.clone_steps + 1):
         loss = ((policy.u_max * torch.tanh(policy.mu(xn)) - y) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
-    with torch.no_grad():
-        rms = float(((policy.u_max * torch.tanh(policy.mu(xn)) - y) ** 2).mean().sqrt())
+        fall.step()
+        if step % cfg.clone_check == 0 or step == cfg.clone_steps:
+            score = R.benchmark_score(policy.controller(spec, cfg.catch))
+            if score > best[0]:
+                best = (score, copy.deepcopy(policy.net.state_dict()), error(), step)
+    policy.net.load_state_dict(best[1])
     log(f"cloned into {spec.nobs}-{'-'.join([str(policy.arch['hidden'])] * policy.arch['layers'])}"
-        f"-1 at {len(x)} states: the command's error {rms:.3g} N m rms")
-    return policy, rms
+        f"-1 at {len(x)} states: the snapshot of step {best[3]} of {cfg.clone_steps}, its "
+        f"command's error {best[2]:.3g} N m rms, RealAI score {best[0]:.4f}")
+    return policy, best[0]
 
 
 def save_run(policy, preset: str, cfg: TrajoptConfig, found: Search, out: Path) -> Path:
@@ -227,9 +245,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from grpo_ctrl import realaigym_double as R
     from grpo_ctrl.grpo import init_policy
-    from grpo_ctrl.plant import plant_spec
 
     system, preset = init_policy(args.run)[1]
     if (system, preset) not in ((SYSTEM, "acrobot"), (SYSTEM, "pendubot")):
@@ -244,9 +260,8 @@ def run(args) -> int:
     if not found.criteria.get("success"):
         raise UserError(f"no candidate of {cfg.generations} generations swung up and was "
                         f"caught; run more --generations or another --seed")
-    policy, _ = clone(args.run, found.knots, cfg, lambda line: print(line, flush=True))
+    policy, cloned = clone(args.run, found.knots, cfg, lambda line: print(line, flush=True))
     path = save_run(policy, preset, cfg, found, out)
-    cloned = R.benchmark_score(policy.controller(plant_spec(SYSTEM, preset), cfg.catch))
     print(f"the feedforward caught by the LQR: RealAI score {found.criteria['score']:.4f} "
           f"(swing-up {found.criteria['swingup_time']:.2f} s, torque cost "
           f"{found.criteria['tau_cost']:.2f}); cloned into {args.run}'s network: "
