@@ -1,8 +1,8 @@
 """``grpo-ctrl trajopt``: a double pendulum's swing-up found by trajectory optimisation on
-RealAIGym's score, cloned into a policy network.
+RealAIGym's score, cloned into a trained policy's network.
 
-    grpo-ctrl trajopt --system double_pendulum --preset pendubot --out runs/pendubot-trajopt
-    grpo-ctrl eval runs/pendubot-trajopt --score realaigym
+    grpo-ctrl trajopt runs/pendubot --out runs/pendubot-swing --seed 0
+    grpo-ctrl eval runs/pendubot-swing --score realaigym
 
 The benchmark scores one run from one start (hanging at rest, 10 s), so the best controller
 for it is a torque sequence from that start and a stabiliser at the top. The search: a
@@ -14,14 +14,16 @@ normals (clipped to the motor's limit), runs them all on the benchmark's model, 
 mean and the spread toward the best ``elite`` share. A candidate's fitness is its RealAI score
 v2 where it succeeds; where it fails, minus log(1 + the least x'Px it reached) / 10, how near it
 came to the catch, so that failing candidates still rank. The spread keeps a floor that falls
-from ``sigma_floor`` to ``sigma_min`` over the first half of the generations: a spread that
-collapses early locks the search into a failing swing (docs/double_pendulum.md).
+from ``sigma_floor`` to ``sigma_min`` over the first half of the generations. Not every seed
+finds the cheap swing-up (docs/double_pendulum.md): run several and keep the best.
 
-The clone. A network of the preset's training architecture fits the feedforward torque at the
-states of the best run, to the end of the feedforward (the catch decides the command after
-it); its observation normaliser is those states'. With the catch, it is a controller of the
-observation like a trained policy: ``eval``, ``export``, ``hil`` / ``run`` take it, and
-``grpo-ctrl train --init`` starts from it.
+The clone. The trained policy of a run of the same robot fits the feedforward torque at the
+states of the best run, up to the LQR's taking over (its observation normaliser kept, and what
+it learned away from those states: the hold and the recoveries about upright). A small error of
+the fit is no promise of the closed loop, so the fit's snapshots fly the benchmark's run and the
+best-scoring one is kept. With the catch, it is a controller of the observation like a trained
+policy: ``eval``, ``export``, ``hil`` / ``run`` take it, and ``grpo-ctrl train --init`` starts
+from it.
 """
 from __future__ import annotations
 
