@@ -114,19 +114,14 @@ def save_run(student, spec, cfg: DistillConfig, teacher_source: str, out: Path) 
     """``out`` as a run folder: config.toml and the deployed checkpoint."""
     from dataclasses import asdict
 
-    from grpo_ctrl.files import write_toml
-    from grpo_ctrl.policy import save_checkpoint
-    from grpo_ctrl.run_folder import CONFIG, DEPLOYED, checkpoint_file
+    from grpo_ctrl.policy import save_policy_run
 
-    out.mkdir(parents=True, exist_ok=True)
     config = {"hidden": cfg.hidden, "layers": cfg.layers, "features": 0,
               "activation": "relu"}
-    write_toml(out / CONFIG, {"system": spec.system, "preset": spec.preset, **config,
-                              "distilled_from": teacher_source,
-                              **{f"distill_{k}": v for k, v in asdict(cfg).items()}})
-    path = out / checkpoint_file(DEPLOYED)
-    save_checkpoint(student.checkpoint(spec, config, {"distilled_from": teacher_source}), path)
-    return path
+    return save_policy_run(out, student, spec, config,
+                           {"distilled_from": teacher_source,
+                            **{f"distill_{k}": v for k, v in asdict(cfg).items()}},
+                           {"distilled_from": teacher_source})
 
 
 # ---------------------------------------------------------------- the command

@@ -342,6 +342,21 @@ def save_checkpoint(ck: dict, path: Path) -> None:
     atomic_write(path, buffer.getvalue())
 
 
+def save_policy_run(out: Path, policy: "GaussianPolicy", spec, config: dict, table: dict,
+                    extra: dict) -> Path:
+    """``out`` as the run folder of a policy that no training run wrote (``distill``,
+    ``trajopt``): config.toml (the plant, ``config``, then ``table``) and the deployed
+    checkpoint (``config``; ``extra`` beside it). Returns the checkpoint's path."""
+    from grpo_ctrl.files import write_toml
+    from grpo_ctrl.run_folder import CONFIG, checkpoint_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_toml(out / CONFIG, {"system": spec.system, "preset": spec.preset, **config, **table})
+    path = out / checkpoint_file(DEPLOYED)
+    save_checkpoint(policy.checkpoint(spec, config, extra), path)
+    return path
+
+
 def read_checkpoint(path: Path) -> dict:
     """Load and check a checkpoint file; UserError if it is not one."""
     path = Path(path)

@@ -214,22 +214,16 @@ def clone(init: str, knots: np.ndarray, cfg: TrajoptConfig, log=print):
 def save_run(policy, preset: str, cfg: TrajoptConfig, found: Search, out: Path) -> Path:
     """``out`` as a run folder: config.toml and the deployed checkpoint (the clone, with its
     catch; the knots and their run's criteria beside it)."""
-    from grpo_ctrl.files import write_toml
     from grpo_ctrl.plant import plant_spec
-    from grpo_ctrl.policy import save_checkpoint
-    from grpo_ctrl.run_folder import CONFIG, DEPLOYED, checkpoint_file
+    from grpo_ctrl.policy import save_policy_run
 
-    spec = plant_spec(SYSTEM, preset)
-    out.mkdir(parents=True, exist_ok=True)
     config = {**policy.arch, "catch": cfg.catch}
     config.pop("nobs")
     found_record = {"knots": [float(k) for k in found.knots],
                     **{k: float(v) for k, v in found.criteria.items()}}
-    write_toml(out / CONFIG, {"system": SYSTEM, "preset": preset, **config,
-                              **{f"trajopt_{k}": v for k, v in asdict(cfg).items()}})
-    path = out / checkpoint_file(DEPLOYED)
-    save_checkpoint(policy.checkpoint(spec, config, {"trajopt": found_record}), path)
-    return path
+    return save_policy_run(out, policy, plant_spec(SYSTEM, preset), config,
+                           {f"trajopt_{k}": v for k, v in asdict(cfg).items()},
+                           {"trajopt": found_record})
 
 
 # ---------------------------------------------------------------- the command
