@@ -196,12 +196,15 @@ def simulate(policy, preset: str = "acrobot", n: int = 1, seed: int = 0,
     ``catch`` > 0: the LQR about upright catches the plant inside x'Px < catch in
     the simulator's step (``LQRCatch``'s blend, in C: one torch call for the whole
     record, not one a step)."""
-    from grpo_ctrl.baselines.lqr import catch_overrides
     from grpo_ctrl.plant import plant_spec
     from grpo_ctrl.sim import BatchSim
 
     spec = plant_spec("double_pendulum", preset)
-    sim = BatchSim("double_pendulum", n, preset, seed=seed, **catch_overrides(spec, catch))
+    overrides = {}
+    if catch:  # torch's (the train extra): a run without it needs only the base install
+        from grpo_ctrl.baselines.lqr import catch_overrides
+        overrides = catch_overrides(spec, catch)
+    sim = BatchSim("double_pendulum", n, preset, seed=seed, **overrides)
     sim.reset()
     # after the reset, which restores the nominal parameters
     for name, v in (params or {}).items():
