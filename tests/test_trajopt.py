@@ -124,6 +124,7 @@ def test_the_clone_learns_the_feedforward_in_the_trained_network(pendubot_run, t
                  "--time-budget", "0", "--overlap", "false", "--num-starts", "2",
                  "--group-size", "2", "--horizon", "8", "--loss-steps", "4",
                  "--eval-episodes", "1", "--out", str(tmp_path / "tuned")]) == 0
+    assert load_policy_controller(tmp_path / "tuned").level == 100.0
 
 
 def test_the_command_writes_a_run_that_eval_scores(pendubot_run, tmp_path, monkeypatch,
