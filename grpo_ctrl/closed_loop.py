@@ -10,7 +10,7 @@ import torch
 
 from grpo_ctrl.controller import act
 from grpo_ctrl.errors import UserError
-from grpo_ctrl.plant import PlantSpec, plant_spec
+from grpo_ctrl.plant import PlantSpec, plant_spec, wrap_angle
 from grpo_ctrl.sim import BatchSim
 
 UPRIGHT_TOL = 0.1   # rad: "upright" at the end of an episode
@@ -85,7 +85,7 @@ def upright_and_still(spec: PlantSpec, x: np.ndarray) -> np.ndarray:
     ok = np.ones(len(x), dtype=bool)
     for a, v in spec.channels:
         if spec.angles[a] and a not in spec.cyclic:
-            angle = (x[:, a] + np.pi) % (2 * np.pi) - np.pi
+            angle = wrap_angle(x[:, a])
             ok &= (np.abs(angle) < UPRIGHT_TOL) & (np.abs(x[:, v]) < STILL_TOL)
     return ok
 

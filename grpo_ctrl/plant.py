@@ -241,6 +241,11 @@ def plant_spec(system: str, preset: str | None = None) -> PlantSpec:
     return spec_of_model(*init_model(system, preset))
 
 
+def wrap_angle(angle) -> np.ndarray:
+    """Angles to [-pi, pi): the error of an angle from its zero."""
+    return (np.asarray(angle) + np.pi) % (2 * np.pi) - np.pi
+
+
 def state_of_observation(spec: PlantSpec, obs: np.ndarray) -> np.ndarray:
     """The states ``(B, nx)`` that observations ``obs (B, nobs)`` show: an
     angle from its cosine and sine (in [-pi, pi]), the rest as observed."""

@@ -232,9 +232,10 @@ def _caught(spec, catch: float, xs: np.ndarray, us: np.ndarray) -> np.ndarray:
     import torch
 
     from grpo_ctrl.baselines.lqr import LQRCatch, design
+    from grpo_ctrl.plant import wrap_angle
 
     lqr_catch = LQRCatch(torch.nn.Identity(), spec, design(spec.system, spec.preset), catch)
-    x = np.concatenate([(xs[..., :2] + np.pi) % (2 * np.pi) - np.pi, xs[..., 2:]], axis=-1)
+    x = np.concatenate([wrap_angle(xs[..., :2]), xs[..., 2:]], axis=-1)
     with torch.no_grad():
         u = lqr_catch.blend(torch.as_tensor(x.reshape(-1, 4), dtype=torch.float32),
                             torch.as_tensor(us.reshape(-1, 1), dtype=torch.float32))

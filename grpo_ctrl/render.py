@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from grpo_ctrl.errors import UserError
+from grpo_ctrl.plant import wrap_angle
 from grpo_ctrl.plant_file import nominal_params
 
 BACKGROUND = (255, 255, 255)
@@ -154,10 +155,6 @@ class Episode:
                                               np.asarray(u, float), label)
 
 
-def wrapped(angle):
-    return (np.asarray(angle) + np.pi) % (2 * np.pi) - np.pi
-
-
 # ---------------------------------------------------------------- animations
 VIDEO_SUFFIXES = (".gif", ".mp4")
 
@@ -215,7 +212,7 @@ def write_animation(spec, episodes: list[Episode], path, fps: float = 15.0, size
     def draw(k):
         e, i = picks[k]
         image.set_data(frame(spec, e.x[i], e.u[i], size))
-        angle = float(wrapped(e.x[i, spec.pole_angle]))
+        angle = float(wrap_angle(e.x[i, spec.pole_angle]))
         text.set_text(f"t {e.t[i]:5.2f} s\nu {e.u[i]:+.3f} {unit}\nangle {angle:+.2f} rad")
         head.set_text("\n".join(s for s in (title, e.label) if s))
         return image, text, head

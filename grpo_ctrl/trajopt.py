@@ -95,7 +95,7 @@ def run_candidates(knots: np.ndarray, preset: str, cfg: TrajoptConfig) -> tuple:
     criteria of each run (dicts), the trajectories)."""
     from grpo_ctrl import realaigym_double as R
     from grpo_ctrl.baselines.lqr import design, region_matrix
-    from grpo_ctrl.plant import plant_spec
+    from grpo_ctrl.plant import plant_spec, wrap_angle
 
     spec = plant_spec(SYSTEM, preset)
     runs = R.simulate(Feedforward(knots, cfg.knot_s, spec.dt), preset, n=len(knots),
@@ -108,7 +108,7 @@ def run_candidates(knots: np.ndarray, preset: str, cfg: TrajoptConfig) -> tuple:
         if e["success"]:
             fitness[i] = e["score"]
         else:  # how near it came to the catch (angles wrapped to [-pi, pi))
-            x = np.concatenate([(tr.q + np.pi) % (2 * np.pi) - np.pi, tr.qd], axis=1)
+            x = np.concatenate([wrap_angle(tr.q), tr.qd], axis=1)
             least = np.einsum("ni,ij,nj->n", x, P, x).min()
             fitness[i] = -np.log1p(max(least, 0.0)) / 10.0
     return fitness, evaluated, runs

@@ -17,7 +17,7 @@ from PIL import Image
 
 from grpo_ctrl import cli_video, render
 from grpo_ctrl.firmware_bridge.telemetry import read_telemetry
-from grpo_ctrl.plant import plant_spec
+from grpo_ctrl.plant import plant_spec, wrap_angle
 
 CLI = [sys.executable, "-m", "grpo_ctrl.cli"]
 SMALL = ["--video-size", "120", "--video-fps", "10"]
@@ -82,7 +82,7 @@ def test_frames_draw_the_states_the_simulator_recorded():
         img = render.frame(spec, episode.x[k], episode.u[k], 200)
         red = (img[..., 0] > 150) & (img[..., 1] < 120) & (img[..., 2] < 120)
         cols = np.nonzero(red)[1].mean() - 100
-        angle = render.wrapped(episode.x[k, 0])
+        angle = wrap_angle(episode.x[k, 0])
         if abs(math.sin(angle)) > 0.3:  # positive angles lean left (counter-clockwise)
             assert np.sign(cols) == -np.sign(math.sin(angle)), (k, angle, cols)
 
