@@ -177,3 +177,77 @@ def test_the_command_refuses_what_it_cannot_do_before_any_search(pendubot_run, t
                  "--generations", "1", "--duration", "0.1"]) == 2
     assert "no candidate of 1 generations swung up" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+
+
+def test_the_tracking_gains_are_the_lqrs_along_upright_at_rest():
+    """Along the upright equilibrium the recursion from the LQR's cost-to-go stays at its
+    fixed point (every gain the LQR's); with the torque 30x dearer it converges, far from
+    the end, to the stationary LQR of those weights (dlqr, an independent solver)."""
+    from grpo_ctrl.baselines.lqr import dlqr
+    from grpo_ctrl.sim import BatchSim
+
+    lqr = design("double_pendulum", "acrobot")
+    sim = BatchSim("double_pendulum", 1, "acrobot")
+    rest, zero = np.zeros((1500, 4)), np.zeros(1500)  # 3 s
+    same = trajopt.tracking_gains(sim, rest, zero, lqr.Q, lqr.R, lqr.P)
+    np.testing.assert_allclose(same, np.repeat(lqr.K, 1500, axis=0), rtol=1e-6)
+    dear = trajopt.tracking_gains(sim, rest, zero, lqr.Q, 30 * lqr.R, lqr.P)
+    stationary = dlqr(lqr.A, lqr.B, lqr.Q, 30 * lqr.R).K[0]
+    np.testing.assert_allclose(dear[0], stationary, atol=1e-6 * np.abs(stationary).max())
+    assert np.linalg.norm(dear[-1] - lqr.K[0]) > 0.1 * np.linalg.norm(lqr.K)  # it did move
+
+
+def test_the_teacher_commands_the_run_on_it_and_corrects_off_it():
+    cfg = TrajoptConfig()
+    teacher = trajopt.TrackingTeacher("pendubot", np.array(SWING["knots"]), cfg)
+    (run,) = R.simulate(Feedforward(SWING["knots"], SWING["knot_s"], 0.002), "pendubot",
+                        catch=cfg.catch)
+    n = len(teacher.gains)
+    assert 500 < n < 800  # the catch takes over between 1.0 and 1.6 s
+    x = np.concatenate([run.q, run.qd], axis=1)
+    for k in (0, 250, n - 1):
+        np.testing.assert_allclose(teacher(k, x[k:k + 1]), run.tau[k:k + 1, 0], atol=1e-12)
+        turned = x[k:k + 1] + [[2 * np.pi, -2 * np.pi, 0.0, 0.0]]  # the same pose
+        np.testing.assert_allclose(teacher(k, turned), teacher(k, x[k:k + 1]), atol=1e-9)
+        off = x[k:k + 1] + [[0.0, 0.0, 0.01, 0.0]]
+        np.testing.assert_allclose(teacher(k, off) - run.tau[k, 0],
+                                   -0.01 * teacher.gains[k, 2], atol=1e-9)
+    lqr = design("double_pendulum", "pendubot")
+    near = np.array([[0.01, -0.02, 0.0, 0.1]])
+    np.testing.assert_allclose(teacher(n + 5, near), -near @ lqr.K[0], atol=1e-9)
+
+
+def test_teaching_brings_the_clone_to_the_teachers_commands_off_the_run(pendubot_run):
+    """DAgger, small: after two rounds the policy is nearer the teacher's commands at the
+    states of noisy runs than the clone it started from was, and the round it keeps scores
+    what it reports."""
+    import torch
+
+    cfg = TrajoptConfig(clone_steps=400, clone_check=400, robust_rounds=2, robust_rollouts=8,
+                        robust_fit_steps=1000, robust_noise=0.1)
+    knots = np.array(SWING["knots"])
+    policy, _ = clone(str(pendubot_run), knots, cfg, log=lambda line: None)
+    teacher = trajopt.TrackingTeacher("pendubot", knots, cfg)
+    spec = plant_spec("double_pendulum", "pendubot")
+
+    def error_off_the_run(p) -> float:
+        """rms of the policy's command from the teacher's over 8 runs of the teacher itself
+        with 0.1 N m of held torque noise (seed 99: states no round saw)."""
+        from grpo_ctrl.sim import BatchSim
+
+        rng, sim = np.random.default_rng(99), BatchSim("double_pendulum", 8, "pendubot")
+        obs, sq = sim.reset(), []
+        for k in range(len(teacher.gains)):
+            label = teacher(k, sim.get_state()["x"])
+            with torch.no_grad():
+                u = p.u_max * torch.tanh(p.mu(p.normalise(torch.as_tensor(obs)))).reshape(-1)
+            sq.append((u.numpy() - label) ** 2)
+            if k % 25 == 0:
+                noise = 0.1 * rng.standard_normal(8)
+            obs = sim.step((label + noise).astype(np.float32))[0]
+        return float(np.sqrt(np.mean(sq)))
+
+    before = error_off_the_run(policy)
+    taught, score = trajopt.teach(policy, "pendubot", teacher, cfg, log=lambda line: None)
+    assert error_off_the_run(taught) < 0.7 * before
+    assert score == R.benchmark_score(taught.controller(spec, cfg.catch))
