@@ -285,9 +285,11 @@ class TrackingTeacher:
 def teach(policy, preset: str, teacher: TrackingTeacher, cfg: TrajoptConfig, log=print):
     """DAgger: each round, ``robust_rollouts`` runs of the policy from hanging (with the
     catch, as deployed; torque noise of ``robust_noise`` held a knot's time; the first round
-    half the teacher's command; one rollout without noise) to 0.3 s past the teacher's end; every state visited labelled
-    by the teacher's command at its step; the policy fitted to all labels so far. The round
-    that scores best in the benchmark's run is kept: (the policy, that score)."""
+    half the teacher's command; one rollout without noise) to 0.3 s past the teacher's end;
+    every state visited labelled by the teacher's command at its step; the policy fitted to
+    all labels so far. The round that scores best in the benchmark's run is kept: (the
+    policy, that score, True). Where no round swings up in that run, the policy as it came:
+    (it, its score, False)."""
     import torch
 
     from grpo_ctrl import realaigym_double as R
@@ -301,7 +303,8 @@ def teach(policy, preset: str, teacher: TrackingTeacher, cfg: TrajoptConfig, log
     hold = int(round(cfg.knot_s / spec.dt))
     steps = len(teacher.gains) + int(round(0.3 / spec.dt))
     opt = torch.optim.Adam(policy.net.parameters(), lr=3e-4)
-    obs_seen, labels, best = [], [], (-np.inf, None, 0)
+    untaught = copy.deepcopy(policy.net.state_dict())
+    obs_seen, labels, best = [], [], (0.0, None)
 
     def command(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
@@ -333,9 +336,12 @@ def teach(policy, preset: str, teacher: TrackingTeacher, cfg: TrajoptConfig, log
         log(f"teaching round {r + 1}/{cfg.robust_rounds}: {len(y)} labelled states, "
             f"RealAI score {score:.4f}")
         if score > best[0]:
-            best = (score, copy.deepcopy(policy.net.state_dict()), r + 1)
+            best = (score, copy.deepcopy(policy.net.state_dict()))
+    if best[1] is None:
+        policy.net.load_state_dict(untaught)
+        return policy, R.benchmark_score(policy.controller(spec, cfg.catch)), False
     policy.net.load_state_dict(best[1])
-    return policy, best[0]
+    return policy, best[0], True
 
 
 def save_run(policy, preset: str, cfg: TrajoptConfig, found: Search, out: Path,
@@ -393,13 +399,17 @@ def run(args) -> int:
         raise UserError(f"no candidate of {cfg.generations} generations swung up and was "
                         f"caught; run more --generations or another --seed")
     policy, cloned = clone(args.run, found.knots, cfg, log)
+    taught = False
     if args.robust:
-        policy, cloned = teach(policy, preset, TrackingTeacher(preset, found.knots, cfg), cfg,
-                               log)
-    path = save_run(policy, preset, cfg, found, out, args.robust)
+        policy, cloned, taught = teach(policy, preset, TrackingTeacher(preset, found.knots, cfg),
+                                       cfg, log)
+        if not taught:
+            log("no round of the teaching swung up in the benchmark's run: the clone is kept "
+                "untaught; try another --seed")
+    path = save_run(policy, preset, cfg, found, out, taught)
     print(f"the feedforward caught by the LQR: RealAI score {found.criteria['score']:.4f} "
           f"(swing-up {found.criteria['swingup_time']:.2f} s, torque cost "
           f"{found.criteria['tau_cost']:.2f}); cloned into {args.run}'s network"
-          f"{' and taught its tracking feedback' if args.robust else ''}: "
+          f"{' and taught its tracking feedback' if taught else ''}: "
           f"{cloned:.4f}: {path}; evaluate with grpo-ctrl eval {out} --score realaigym")
     return 0

@@ -3,11 +3,13 @@ torque recorded is the torque the plant received, the catch's included), the sea
 bookkeeping, the clone into a trained network and the command's refusals."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from grpo_ctrl import realaigym_double as R
 from grpo_ctrl import trajopt
@@ -138,13 +140,32 @@ def test_the_command_writes_a_run_that_eval_scores(pendubot_run, tmp_path, monke
         return Search(knots, criteria[0], [])
 
     monkeypatch.setattr(trajopt, "search", stored)
-    monkeypatch.setattr(trajopt.TrajoptConfig, "clone_steps", 300)
+    # a short fit (a dataclass's defaults are bound in its __init__: the class is replaced)
+    @dataclasses.dataclass
+    class Short(TrajoptConfig):
+        clone_steps: int = 300
+        robust_rounds: int = 1
+        robust_rollouts: int = 8
+        robust_fit_steps: int = 300
+
+    monkeypatch.setattr(trajopt, "TrajoptConfig", Short)
     out = tmp_path / "clone"
     assert main(["trajopt", str(pendubot_run), "--out", str(out)]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert "RealAI score 0.6979" in line and str(out) in line
     cloned = float(line.split("network: ")[1].split(":")[0])
     assert main(["eval", str(out), "--score", "realaigym"]) == 0
+    printed = capsys.readouterr().out
+    score = [row for row in printed.splitlines() if row.startswith("RealAI score")][0]
+    assert float(score.split()[2]) == pytest.approx(cloned, abs=5e-4)
+    # --robust, one small round: the run records whether the clone was taught, as printed
+    robust = tmp_path / "robust"
+    assert main(["trajopt", str(pendubot_run), "--out", str(robust), "--robust"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    record = torch.load(robust / "deployed.pt", weights_only=False)["trajopt"]
+    assert record["robust"] == ("taught its tracking feedback" in line)
+    cloned = float(line.split("network")[1].split(": ")[1].split(":")[0])
+    assert main(["eval", str(robust), "--score", "realaigym"]) == 0
     printed = capsys.readouterr().out
     score = [row for row in printed.splitlines() if row.startswith("RealAI score")][0]
     assert float(score.split()[2]) == pytest.approx(cloned, abs=5e-4)
@@ -221,7 +242,6 @@ def test_teaching_brings_the_clone_to_the_teachers_commands_off_the_run(pendubot
     """DAgger, small: after two rounds the policy is nearer the teacher's commands at the
     states of noisy runs than the clone it started from was, and the round it keeps scores
     what it reports."""
-    import torch
 
     cfg = TrajoptConfig(clone_steps=400, clone_check=400, robust_rounds=2, robust_rollouts=8,
                         robust_fit_steps=1000, robust_noise=0.1)
@@ -248,6 +268,25 @@ def test_teaching_brings_the_clone_to_the_teachers_commands_off_the_run(pendubot
         return float(np.sqrt(np.mean(sq)))
 
     before = error_off_the_run(policy)
-    taught, score = trajopt.teach(policy, "pendubot", teacher, cfg, log=lambda line: None)
-    assert error_off_the_run(taught) < 0.7 * before
+    untaught = {k: v.clone() for k, v in policy.net.state_dict().items()}
+    taught, score, was_taught = trajopt.teach(policy, "pendubot", teacher, cfg,
+                                              log=lambda line: None)
+    assert was_taught and error_off_the_run(taught) < 0.7 * before
     assert score == R.benchmark_score(taught.controller(spec, cfg.catch))
+
+    # a teacher whose pupil never swings up (it commands nothing): the policy comes back as
+    # it came, with its own score
+    class Idle:
+        gains = np.zeros((100, 4))
+
+        def __call__(self, k, x):
+            return np.zeros(len(x))
+
+    taught.net.load_state_dict(untaught)
+    own = R.benchmark_score(taught.controller(spec, cfg.catch))
+    small = TrajoptConfig(robust_rounds=1, robust_rollouts=4, robust_fit_steps=300)
+    back, score, was_taught = trajopt.teach(taught, "pendubot", Idle(), small,
+                                            log=lambda line: None)
+    assert not was_taught and score == own > 0
+    for k, v in back.net.state_dict().items():
+        assert torch.equal(v, untaught[k])
