@@ -314,7 +314,7 @@ def teach(policy, preset: str, teacher: TrackingTeacher, cfg: TrajoptConfig, log
     for r in range(cfg.robust_rounds):
         sim = BatchSim(SYSTEM, cfg.robust_rollouts, preset,
                        **catch_overrides(spec, cfg.catch))
-        obs, share = sim.reset().copy(), 0.5 if r == 0 else 0.0
+        obs, teacher_share = sim.reset().copy(), 0.5 if r == 0 else 0.0
         for k in range(steps):
             label = teacher(k, state_of_observation(spec, obs))
             obs_seen.append(obs)
@@ -322,7 +322,7 @@ def teach(policy, preset: str, teacher: TrackingTeacher, cfg: TrajoptConfig, log
             if k % hold == 0:
                 noise = cfg.robust_noise * rng.standard_normal(cfg.robust_rollouts)
                 noise[0] = 0.0  # one rollout as deployed
-            u = share * label + (1.0 - share) * command(obs) + noise
+            u = teacher_share * label + (1.0 - teacher_share) * command(obs) + noise
             obs = sim.step(np.clip(u, -spec.u_max, spec.u_max).astype(np.float32))[0].copy()
         x = policy.normalise(torch.as_tensor(np.concatenate(obs_seen)))
         y = torch.as_tensor(np.concatenate(labels), dtype=torch.float32)
@@ -391,6 +391,7 @@ def run(args) -> int:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {args.out!r} exists and is not an empty folder")
     cfg = TrajoptConfig(generations=args.generations, duration=args.duration, seed=args.seed)
+
     def log(line: str) -> None:
         print(line, flush=True)
 
