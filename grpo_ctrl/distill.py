@@ -84,13 +84,13 @@ def distill(teacher, cfg: DistillConfig, log=print) -> tuple:
                 if t % cfg.stride == 0:
                     xs.append(o.clone())
                     ys.append(u_t.clone())
-                u_s = spec.u_max * torch.tanh(student.mu(student.normalise(o)))
+                u_s = student.command(student.normalise(o))
                 u = torch.where(torch.from_numpy(with_teacher), u_t, u_s)
                 obs = sim.step(u.numpy().astype(np.float32))[0].copy()
         x, y = torch.cat(xs), torch.cat(ys)
 
         def imitation_loss(rows=slice(None)):  # of u_max squared
-            u_s = spec.u_max * torch.tanh(student.mu(student.normalise(x[rows])))
+            u_s = student.command(student.normalise(x[rows]))
             return ((u_s - y[rows]) ** 2).mean() / spec.u_max ** 2
 
         with torch.no_grad():

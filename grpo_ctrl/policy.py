@@ -242,6 +242,11 @@ class GaussianPolicy(nn.Module):
         """Mean of z for normalised observations, shape (N,)."""
         return run_layers(self.net, obs_normalised).squeeze(-1)
 
+    def command(self, obs_normalised: torch.Tensor) -> torch.Tensor:
+        """The deterministic command u_max tanh(mu) in N m, shape (N,): what the deployed
+        controller computes, here with gradients (for fitting it)."""
+        return self.u_max * torch.tanh(self.mu(obs_normalised))
+
     def dist(self, obs_normalised: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean, log std) of z for normalised observations: shapes (N,) and (1,) (the
         std is state-independent: it broadcasts)."""

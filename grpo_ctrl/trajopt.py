@@ -164,6 +164,19 @@ def search(preset: str, cfg: TrajoptConfig, log=print) -> Search:
     return Search(best_knots, best_criteria, history)
 
 
+def takeover_step(spec, catch: float, states) -> int:
+    """The first of ``states`` (a tensor (N, nx), angles from upright) where the LQR alone
+    commands (``LQRCatch``'s share reaches 1), or N where it never does."""
+    import torch
+
+    from grpo_ctrl.baselines.lqr import LQRCatch, design
+
+    lqr_catch = LQRCatch(torch.nn.Identity(), spec, design(SYSTEM, spec.preset), catch)
+    with torch.no_grad():
+        caught = (lqr_catch.share(states).reshape(-1) >= 1.0).numpy()
+    return int(np.argmax(caught)) if caught.any() else len(caught)
+
+
 def clone(init: str, knots: np.ndarray, cfg: TrajoptConfig, log=print):
     """The trained policy of run ``init`` fitted to the feedforward of ``knots`` at the states
     of its caught run, up to the LQR's taking over (its normaliser kept): the fit's snapshot
@@ -171,7 +184,7 @@ def clone(init: str, knots: np.ndarray, cfg: TrajoptConfig, log=print):
     import torch
 
     from grpo_ctrl import realaigym_double as R
-    from grpo_ctrl.baselines.lqr import LQRCatch, catch_overrides, design, obs_to_state
+    from grpo_ctrl.baselines.lqr import catch_overrides, obs_to_state
     from grpo_ctrl.grpo import init_policy
     from grpo_ctrl.plant import plant_spec
     from grpo_ctrl.sim import BatchSim
@@ -188,10 +201,7 @@ def clone(init: str, knots: np.ndarray, cfg: TrajoptConfig, log=print):
     y = torch.as_tensor(np.concatenate(torque), dtype=torch.float32)
     # to the step where the LQR alone takes over (x'Px < catch): after it the feedforward's
     # knots were never tried, and what the network learned in training holds there
-    lqr_catch = LQRCatch(torch.nn.Identity(), spec, design(SYSTEM, preset), cfg.catch)
-    with torch.no_grad():
-        caught = (lqr_catch.share(obs_to_state(spec, x)).reshape(-1) >= 1.0).numpy()
-    n = int(np.argmax(caught)) if caught.any() else len(x)
+    n = takeover_step(spec, cfg.catch, obs_to_state(spec, x))
     x, y = x[:n], y[:n]
     xn = policy.normalise(x)
     opt = torch.optim.Adam(policy.net.parameters(), lr=cfg.clone_lr)
@@ -200,14 +210,14 @@ def clone(init: str, knots: np.ndarray, cfg: TrajoptConfig, log=print):
 
     def error() -> float:
         with torch.no_grad():
-            return float(((policy.u_max * torch.tanh(policy.mu(xn)) - y) ** 2).mean().sqrt())
+            return float(((policy.command(xn) - y) ** 2).mean().sqrt())
 
     # a small error of the fit is no promise of the closed loop (the swing-up magnifies a
     # deviation, and off the run's states the fit is free): the fit's snapshots every
     # clone_check steps fly the benchmark's run, and the best-scoring one is kept
     best = (-1.0, None, None, 0)
     for step in range(1, cfg.clone_steps + 1):
-        loss = ((policy.u_max * torch.tanh(policy.mu(xn)) - y) ** 2).mean()
+        loss = ((policy.command(xn) - y) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -250,7 +260,7 @@ class TrackingTeacher:
         import torch
 
         from grpo_ctrl import realaigym_double as R
-        from grpo_ctrl.baselines.lqr import LQRCatch, design
+        from grpo_ctrl.baselines.lqr import design
         from grpo_ctrl.plant import plant_spec, wrap_angle
         from grpo_ctrl.sim import BatchSim
 
@@ -260,10 +270,8 @@ class TrackingTeacher:
         sim = BatchSim(SYSTEM, 1, preset)
         states = np.concatenate([run.q, run.qd], axis=1)
         torques = run.tau[:, int(sim.model.actuated)]
-        with torch.no_grad():
-            share = LQRCatch(torch.nn.Identity(), spec, lqr, cfg.catch).share(torch.as_tensor(
-                np.concatenate([wrap_angle(run.q), run.qd], axis=1))).reshape(-1).numpy()
-        n = int(np.argmax(share >= 1.0)) if (share >= 1.0).any() else len(states)
+        n = takeover_step(spec, cfg.catch, torch.as_tensor(
+            np.concatenate([wrap_angle(run.q), run.qd], axis=1)))
         self.states, self.torques = states[:n], torques[:n]
         self.gains = tracking_gains(sim, self.states, self.torques, lqr.Q,
                                     lqr.R * cfg.robust_r_scale, lqr.P)
@@ -274,12 +282,11 @@ class TrackingTeacher:
         from grpo_ctrl.plant import wrap_angle
 
         if k < len(self.gains):
-            dx = x - self.states[k]
-            u = self.torques[k] - np.concatenate([wrap_angle(dx[:, :2]), dx[:, 2:]], 1) @ \
-                self.gains[k]
+            dx, u, K = x - self.states[k], self.torques[k], self.gains[k]
         else:
-            u = -np.concatenate([wrap_angle(x[:, :2]), x[:, 2:]], 1) @ self.lqr_gain
-        return np.clip(u, -self.u_max, self.u_max)
+            dx, u, K = x, 0.0, self.lqr_gain
+        dx = np.concatenate([wrap_angle(dx[:, :2]), dx[:, 2:]], axis=1)
+        return np.clip(u - dx @ K, -self.u_max, self.u_max)
 
 
 def teach(policy, preset: str, teacher: TrackingTeacher, cfg: TrajoptConfig, log=print):
@@ -308,8 +315,7 @@ def teach(policy, preset: str, teacher: TrackingTeacher, cfg: TrajoptConfig, log
 
     def command(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            xn = policy.normalise(torch.as_tensor(obs))
-            return (policy.u_max * torch.tanh(policy.mu(xn))).reshape(-1).numpy()
+            return policy.command(policy.normalise(torch.as_tensor(obs))).numpy()
 
     for r in range(cfg.robust_rounds):
         sim = BatchSim(SYSTEM, cfg.robust_rollouts, preset,
@@ -328,7 +334,7 @@ def teach(policy, preset: str, teacher: TrackingTeacher, cfg: TrajoptConfig, log
         y = torch.as_tensor(np.concatenate(labels), dtype=torch.float32)
         for _ in range(cfg.robust_fit_steps):
             i = torch.randint(0, len(x), (4096,), generator=gen)
-            loss = ((policy.u_max * torch.tanh(policy.mu(x[i])).reshape(-1) - y[i]) ** 2).mean()
+            loss = ((policy.command(x[i]) - y[i]) ** 2).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
