@@ -8,14 +8,17 @@ The benchmark scores one run from one start (hanging at rest, 10 s), so the best
 for it is a torque sequence from that start and a stabiliser at the top. The search: a
 feedforward torque, knots every ``knot_s`` seconds over the first ``duration`` seconds
 (linear between them, zero after), with the LQR about upright catching the plant inside
-x'Px < ``catch`` (``LQRCatch``: its blend moves the command continuously). The cross-entropy
-method on the knots: each generation draws ``population`` candidates from independent
-normals (clipped to the motor's limit), runs them all on the benchmark's model, and moves the
-mean and the spread toward the best ``elite`` share. A candidate's fitness is its RealAI score
-v2 where it succeeds; where it fails, minus log(1 + the least x'Px it reached) / 10, how near it
-came to the catch, so that failing candidates still rank. The spread keeps a floor that falls
-from ``sigma_floor`` to ``sigma_min`` over the first half of the generations. Not every seed
-finds the cheap swing-up (docs/double_pendulum.md): run several and keep the best.
+x'Px < ``catch`` (``LQRCatch``: its blend moves the command continuously). Each generation
+``population`` candidates (within the motor's limit) run side by side on the benchmark's
+model. A candidate's fitness is its RealAI score v2 where it succeeds; where it fails, minus
+log(1 + the least x'Px it reached) / 10, how near it came to the catch, so that failing
+candidates still rank. Two searches: the cross-entropy method (``cem``, the default),
+independent normals whose mean and spread move toward the best ``elite`` share, the spread
+kept above a floor that falls from ``sigma_floor`` to ``sigma_min`` over the first half of the
+generations; and CMA-ES (``cma``, pycma's), which adapts a full covariance of the knots and
+stops where it has converged: on the acrobot it found a faster swing-up than any the
+cross-entropy method found, on some seeds (docs/double_pendulum.md). Not every seed finds the
+cheapest swing-up: run several and keep the best.
 
 The clone. The trained policy of a run of the same robot fits the feedforward torque at the
 states of the best run, up to the LQR's taking over (its observation normaliser kept, and what
@@ -47,18 +50,23 @@ from grpo_ctrl.option_types import number
 SYSTEM = "double_pendulum"
 
 
+SEARCHES = ("cem", "cma")
+
+
 @dataclass
 class TrajoptConfig:
     duration: float = 1.6        # s of feedforward torque from the start
     knot_s: float = 0.05         # s between the torque's knots
     catch: float = 100.0         # the LQR catches inside x'Px < catch
+    method: str = "cem"          # the search: "cem" (cross-entropy method) or "cma" (CMA-ES)
     population: int = 96         # candidates a generation
     generations: int = 1500
-    elite: float = 0.125         # share of the population the distribution moves toward
-    smoothing: float = 0.7       # weight of the elite's statistics in the new mean and spread
-    sigma_init: float = 3.0      # N m, the first generation's spread
-    sigma_floor: float = 0.5     # N m, the spread's floor at the start, falling to sigma_min
-    sigma_min: float = 0.02      # N m, by half the generations
+    cma_sigma: float = 2.0       # N m, CMA-ES's first step size
+    elite: float = 0.125         # cem: share of the population the distribution moves toward
+    smoothing: float = 0.7       # cem: the elite statistics' weight in the new mean and spread
+    sigma_init: float = 3.0      # N m, cem: the first generation's spread
+    sigma_floor: float = 0.5     # N m, cem: the spread's floor at the start, falling to sigma_min
+    sigma_min: float = 0.02      # N m, cem: by half the generations
     clone_steps: int = 8000      # Adam steps of the clone's fit
     clone_check: int = 500       # steps between the fit's snapshots flown in the benchmark
     clone_lr: float = 1e-3
@@ -133,34 +141,86 @@ class Search:
     history: list           # per generation: (best fitness so far, the generation's best)
 
 
+class CrossEntropy:
+    """The cross-entropy method (the module's docstring): independent normals about a mean,
+    moved toward the best ``elite`` share; the mean itself is a candidate every generation."""
+
+    def __init__(self, nk: int, u_max: float, cfg: TrajoptConfig):
+        self.cfg, self.u_max = cfg, u_max
+        self.rng = np.random.default_rng(cfg.seed)
+        self.mean, self.sigma = np.zeros(nk), np.full(nk, cfg.sigma_init)
+        self.n_elite = max(2, int(round(cfg.elite * cfg.population)))
+
+    def ask(self) -> np.ndarray:
+        cfg = self.cfg
+        cand = np.clip(self.mean + self.sigma * self.rng.standard_normal(
+            (cfg.population, len(self.mean))), -self.u_max, self.u_max)
+        cand[0] = np.clip(self.mean, -self.u_max, self.u_max)
+        return cand
+
+    def tell(self, cand: np.ndarray, fitness: np.ndarray, gen: int) -> None:
+        cfg = self.cfg
+        elite = cand[np.argsort(-fitness)[:self.n_elite]]
+        floor = max(cfg.sigma_min, cfg.sigma_floor - (cfg.sigma_floor - cfg.sigma_min) *
+                    gen / max(1.0, cfg.generations / 2))
+        self.mean = cfg.smoothing * elite.mean(0) + (1 - cfg.smoothing) * self.mean
+        self.sigma = np.maximum(cfg.smoothing * elite.std(0) + (1 - cfg.smoothing) * self.sigma,
+                                floor)
+
+    def stopped(self) -> str:
+        return ""
+
+
+class CMA:
+    """CMA-ES (pycma's ``CMAEvolutionStrategy``): the knots from zero with step size
+    ``cma_sigma``, within the motor's limits, its full covariance adapted to the score."""
+
+    def __init__(self, nk: int, u_max: float, cfg: TrajoptConfig):
+        import cma
+
+        # pycma takes seed 0 as "the time": seed + 1 keeps every seed repeatable
+        self.es = cma.CMAEvolutionStrategy(np.zeros(nk), cfg.cma_sigma, {
+            "popsize": cfg.population, "seed": cfg.seed + 1, "bounds": [-u_max, u_max],
+            "verbose": -9})
+        self.u_max = u_max
+
+    def ask(self) -> np.ndarray:
+        return np.clip(np.array(self.es.ask()), -self.u_max, self.u_max)
+
+    def tell(self, cand: np.ndarray, fitness: np.ndarray, gen: int) -> None:
+        self.es.tell(list(cand), list(-fitness))  # pycma minimises
+
+    def stopped(self) -> str:
+        """Why CMA-ES has converged ("" while it has not): its step size or the spread of
+        its scores below pycma's tolerances."""
+        return ", ".join(self.es.stop())
+
+
 def search(preset: str, cfg: TrajoptConfig, log=print) -> Search:
-    """The cross-entropy method over the feedforward's knots (the module's docstring)."""
+    """The search over the feedforward's knots (the module's docstring) by ``cfg.method``:
+    ``generations`` of it, or fewer where CMA-ES has converged."""
     from grpo_ctrl.plant import plant_spec
 
     u_max = plant_spec(SYSTEM, preset).u_max
-    rng = np.random.default_rng(cfg.seed)
     nk = int(round(cfg.duration / cfg.knot_s)) + 1
-    mean, sigma = np.zeros(nk), np.full(nk, cfg.sigma_init)
-    n_elite = max(2, int(round(cfg.elite * cfg.population)))
-    best, best_knots, best_criteria, history = -np.inf, mean, {}, []
+    optimiser = {"cem": CrossEntropy, "cma": CMA}[cfg.method](nk, u_max, cfg)
+    best, best_knots, best_criteria, history = -np.inf, np.zeros(nk), {}, []
     start = time.monotonic()
     for gen in range(cfg.generations):
-        cand = np.clip(mean + sigma * rng.standard_normal((cfg.population, nk)), -u_max, u_max)
-        cand[0] = np.clip(mean, -u_max, u_max)  # the mean itself, every generation
+        cand = optimiser.ask()
         fitness, evaluated, _ = run_candidates(cand, preset, cfg)
-        order = np.argsort(-fitness)
-        if fitness[order[0]] > best:
-            best, best_knots, best_criteria = fitness[order[0]], cand[order[0]].copy(), \
-                evaluated[order[0]]
-        history.append((float(best), float(fitness[order[0]])))
-        elite = cand[order[:n_elite]]
-        floor = max(cfg.sigma_min, cfg.sigma_floor - (cfg.sigma_floor - cfg.sigma_min) *
-                    gen / max(1.0, cfg.generations / 2))
-        mean = cfg.smoothing * elite.mean(0) + (1 - cfg.smoothing) * mean
-        sigma = np.maximum(cfg.smoothing * elite.std(0) + (1 - cfg.smoothing) * sigma, floor)
-        if gen % 100 == 0 or gen == cfg.generations - 1:
+        top = int(np.argmax(fitness))
+        if fitness[top] > best:
+            best, best_knots, best_criteria = fitness[top], cand[top].copy(), evaluated[top]
+        history.append((float(best), float(fitness[top])))
+        optimiser.tell(cand, fitness, gen)
+        stopped = optimiser.stopped()
+        if gen % 100 == 0 or gen == cfg.generations - 1 or stopped:
             log(f"generation {gen + 1}/{cfg.generations}: best RealAI score "
-                f"{max(best, 0.0):.4f}, {time.monotonic() - start:.0f} s")
+                f"{max(best, 0.0):.4f}, {time.monotonic() - start:.0f} s"
+                f"{f' (CMA-ES converged: {stopped})' if stopped else ''}")
+        if stopped:
+            break
     return Search(best_knots, best_criteria, history)
 
 
@@ -378,6 +438,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=number(float, 0.1, 10.0), default=TrajoptConfig.duration,
                    metavar="S", help="seconds of feedforward torque from the start "
                                      f"(default {TrajoptConfig.duration})")
+    p.add_argument("--search", choices=SEARCHES, default=TrajoptConfig.method,
+                   help="the search over the knots: cem, the cross-entropy method (default), "
+                        "or cma, CMA-ES (on the acrobot, faster swing-ups on some seeds)")
     p.add_argument("--seed", type=number(int, 0, 2**31 - 1), default=0)
     p.add_argument("--robust", action="store_true",
                    help="teach the clone a time-varying LQR's feedback along the swing-up "
@@ -396,7 +459,8 @@ def run(args) -> int:
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {args.out!r} exists and is not an empty folder")
-    cfg = TrajoptConfig(generations=args.generations, duration=args.duration, seed=args.seed)
+    cfg = TrajoptConfig(generations=args.generations, duration=args.duration, seed=args.seed,
+                        method=args.search)
 
     def log(line: str) -> None:
         print(line, flush=True)

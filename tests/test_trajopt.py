@@ -90,6 +90,35 @@ def test_the_search_keeps_its_best_run_and_repeats_with_its_seed():
     assert not np.array_equal(other.knots, found.knots)
 
 
+def test_cma_es_keeps_its_best_run_and_repeats_with_its_seed():
+    cfg = TrajoptConfig(method="cma", population=8, generations=3, seed=0)
+    found = search("acrobot", cfg, log=lambda line: None)
+    best = [b for b, _ in found.history]
+    assert len(best) == 3 and best == sorted(best) and best[-1] == max(g for _, g in found.history)
+    assert np.all(np.abs(found.knots) <= 6.0)
+    _, criteria, _ = run_candidates(found.knots[None], "acrobot", cfg)
+    assert criteria[0] == found.criteria
+    # seed 0 repeats (pycma would take it for "the time")
+    again = search("acrobot", cfg, log=lambda line: None)
+    np.testing.assert_array_equal(again.knots, found.knots)
+    other = search("acrobot", TrajoptConfig(method="cma", population=8, generations=3, seed=1),
+                   log=lambda line: None)
+    assert not np.array_equal(other.knots, found.knots)
+    # the default, the cross-entropy method, draws other candidates with the same seed
+    cem = search("acrobot", TrajoptConfig(population=8, generations=3, seed=0),
+                 log=lambda line: None)
+    assert not np.array_equal(cem.knots, found.knots)
+
+
+def test_cma_es_stops_where_it_has_converged_and_says_so():
+    lines = []
+    # a step size below pycma's tolerance on it: converged after its first generation
+    found = search("pendubot", TrajoptConfig(method="cma", cma_sigma=1e-13, population=6,
+                                             generations=50), log=lines.append)
+    assert len(found.history) == 1
+    assert "CMA-ES converged" in lines[-1] and "generation 1/50" in lines[-1]
+
+
 @pytest.fixture(scope="module")
 def pendubot_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("trajopt") / "pendubot"
@@ -134,8 +163,10 @@ def test_the_command_writes_a_run_that_eval_scores(pendubot_run, tmp_path, monke
     """The command with its search stood in by the stored swing-up (a real search takes
     minutes): the clone's run, its two scores printed, the one eval prints."""
     knots = np.array(SWING["knots"])
+    methods = []
 
     def stored(preset, cfg, log):
+        methods.append(cfg.method)
         _, criteria, _ = run_candidates(knots[None], preset, cfg)
         return Search(knots, criteria[0], [])
 
@@ -160,8 +191,11 @@ def test_the_command_writes_a_run_that_eval_scores(pendubot_run, tmp_path, monke
     assert float(score.split()[2]) == pytest.approx(cloned, abs=5e-4)
     # --robust, one small round: the run records whether the clone was taught, as printed
     robust = tmp_path / "robust"
-    assert main(["trajopt", str(pendubot_run), "--out", str(robust), "--robust"]) == 0
+    assert main(["trajopt", str(pendubot_run), "--out", str(robust), "--robust",
+                 "--search", "cma"]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert methods == ["cem", "cma"] and 'trajopt_method = "cma"' in (robust /
+                                                                   "config.toml").read_text()
     record = torch.load(robust / "deployed.pt", weights_only=False)["trajopt"]
     assert record["robust"] == ("taught its tracking feedback" in line)
     cloned = float(line.split("network")[1].split(": ")[1].split(":")[0])
