@@ -50,9 +50,6 @@ from grpo_ctrl.option_types import number
 SYSTEM = "double_pendulum"
 
 
-SEARCHES = ("cem", "cma")
-
-
 @dataclass
 class TrajoptConfig:
     duration: float = 1.6        # s of feedforward torque from the start
@@ -196,6 +193,9 @@ class CMA:
         return ", ".join(self.es.stop())
 
 
+SEARCHES = {"cem": CrossEntropy, "cma": CMA}  # --search's names
+
+
 def search(preset: str, cfg: TrajoptConfig, log=print) -> Search:
     """The search over the feedforward's knots (the module's docstring) by ``cfg.method``:
     ``generations`` of it, or fewer where CMA-ES has converged."""
@@ -203,7 +203,7 @@ def search(preset: str, cfg: TrajoptConfig, log=print) -> Search:
 
     u_max = plant_spec(SYSTEM, preset).u_max
     nk = int(round(cfg.duration / cfg.knot_s)) + 1
-    optimiser = {"cem": CrossEntropy, "cma": CMA}[cfg.method](nk, u_max, cfg)
+    optimiser = SEARCHES[cfg.method](nk, u_max, cfg)
     best, best_knots, best_criteria, history = -np.inf, np.zeros(nk), {}, []
     start = time.monotonic()
     for gen in range(cfg.generations):
@@ -438,7 +438,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=number(float, 0.1, 10.0), default=TrajoptConfig.duration,
                    metavar="S", help="seconds of feedforward torque from the start "
                                      f"(default {TrajoptConfig.duration})")
-    p.add_argument("--search", choices=SEARCHES, default=TrajoptConfig.method,
+    p.add_argument("--search", choices=tuple(SEARCHES), default=TrajoptConfig.method,
                    help="the search over the knots: cem, the cross-entropy method (default), "
                         "or cma, CMA-ES (on the acrobot, faster swing-ups on some seeds)")
     p.add_argument("--seed", type=number(int, 0, 2**31 - 1), default=0)
