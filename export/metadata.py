@@ -34,8 +34,10 @@ KEYS = {
     "exporter": "torch and onnx versions that exported it",
     "verified_max_abs_error": "largest |onnxruntime - torch| over the verification observations",
     "verified_samples": "number of verification observations",
+    "verified_tolerance": "the largest difference verification accepted: 1e-5, or twice the "
+                          "controller's own float32 rounding where larger",
 }
-_FLOATS = ("u_max", "dt", "verified_max_abs_error")
+_FLOATS = ("u_max", "dt", "verified_max_abs_error", "verified_tolerance")
 _INTS = ("verified_samples",)
 
 

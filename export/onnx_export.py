@@ -76,7 +76,8 @@ def export_onnx(controller, path: str | Path | None, source: str,
         raise UserError(f"the exported graph does not match the controller: {result.summary()}; "
                         "nothing was written")
     metadata.write(model, {"verified_max_abs_error": f"{result.worst:.3g}",
-                           "verified_samples": str(result.samples)})
+                           "verified_samples": str(result.samples),
+                           "verified_tolerance": f"{result.tolerance:.3g}"})
     if path is not None:
         atomic_write(path, model.SerializeToString())
     return model, result

@@ -22,7 +22,8 @@ from grpo_ctrl.export.onnx_export import export_onnx, to_onnx
 from grpo_ctrl.baselines import available
 from grpo_ctrl.baselines.portable import atan2, dot, quadratic_form
 from grpo_ctrl.export.session import PolicySession
-from grpo_ctrl.export.verify import TOLERANCE, operating_observations, operating_states, verify
+from grpo_ctrl.export.verify import (TOLERANCE, float32_rounding, operating_observations,
+                                     operating_states, verify)
 from grpo_ctrl.cli import main
 from grpo_ctrl.controller import act
 from grpo_ctrl.errors import UserError
@@ -458,6 +459,50 @@ def test_verify_detects_a_different_controller(tmp_path, capsys):
     assert verify(model, TinyPolicy("pendulum", seed=0)).max_abs_error <= TOLERANCE
     other = verify(model, TinyPolicy("pendulum", seed=1))
     assert not other.ok and other.max_abs_error > 0.01
+
+
+class Absorbs(torch.nn.Module):
+    """(w + 1e4) - 1e4 of the pendulum's velocity w, plus ``shift``: float32 drops w's bits
+    below half a unit in the last place of 1e4 (2^-11), float64 none."""
+    spec = spec_of("pendulum")
+
+    def __init__(self, shift=0.0):
+        super().__init__()
+        self.shift = shift
+
+    def forward(self, obs):
+        return torch.clamp((obs[:, 2:3] + 1e4) - 1e4 + self.shift, -2.0, 2.0)
+
+
+def test_float32_rounding_is_the_modules_own_float32_error():
+    obs = operating_observations("pendulum", None, 2000)
+    want = Absorbs()(torch.from_numpy(obs)).numpy()
+    w = obs[:, 2:3]
+    in_numpy = np.clip((w + np.float32(1e4)) - np.float32(1e4), -2, 2)  # float32, as torch
+    expected = np.max(np.abs(in_numpy.astype(np.float64) - np.clip(w.astype(np.float64), -2, 2)))
+    assert float32_rounding(Absorbs(), obs, want) == pytest.approx(expected, rel=1e-12)
+    assert 2.0 ** -12 < expected <= 2.0 ** -11
+
+
+def test_verify_accepts_twice_the_controllers_own_rounding_and_no_more(tmp_path):
+    """A graph computing the same float32 arithmetic passes at twice the module's rounding
+    (beyond 1e-5 here); a module 3e-3 away still fails; a module that cannot run in float64
+    is held to 1e-5."""
+    model = to_onnx(Absorbs())
+    same = verify(model, Absorbs())
+    assert same.ok and same.tolerance == 2 * same.rounding > 50 * TOLERANCE
+    other = verify(model, Absorbs(shift=3e-3))
+    assert not other.ok and other.max_abs_error == pytest.approx(3e-3, rel=1e-3)
+
+    class Float32Only(torch.nn.Module):
+        spec = spec_of("pendulum")
+
+        def forward(self, obs):
+            gain = torch.tensor([[0.0], [0.0], [-0.5]], dtype=torch.float32)  # made here
+            return torch.clamp(obs @ gain, -2.0, 2.0)
+
+    strict = verify(to_onnx(Float32Only()), Float32Only())
+    assert strict.ok and (strict.rounding, strict.tolerance) == (0.0, TOLERANCE)
 
 
 def test_export_refuses_a_graph_that_does_not_match_and_writes_nothing(tmp_path):
