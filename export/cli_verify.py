@@ -4,8 +4,9 @@ what its source controller computes?
     grpo-ctrl verify policy.onnx runs/pendulum-rig
     grpo-ctrl verify lqr.onnx --controller swingup-lqr    # plant from the file
 
-Exit status 0 when it matches within verification's tolerance (1e-5, or twice the controller's
-own float32 rounding where larger: export/verify.py), 1 when it does not, 2 for bad input.
+Exit status 0 when it matches within verification's tolerance (1e-5, or twice the
+controller's own float32 rounding where larger, at most 1e-3 of u_max: export/verify.py),
+1 when it does not, 2 for bad input.
 """
 from __future__ import annotations
 

@@ -35,7 +35,8 @@ KEYS = {
     "verified_max_abs_error": "largest |onnxruntime - torch| over the verification observations",
     "verified_samples": "number of verification observations",
     "verified_tolerance": "the largest difference verification accepted: 1e-5, or twice the "
-                          "controller's own float32 rounding where larger",
+                          "controller's own float32 rounding where larger (at most 1e-3 of "
+                          "u_max)",
 }
 _FLOATS = ("u_max", "dt", "verified_max_abs_error", "verified_tolerance")
 _INTS = ("verified_samples",)

@@ -22,8 +22,8 @@ from grpo_ctrl.export.onnx_export import export_onnx, to_onnx
 from grpo_ctrl.baselines import available
 from grpo_ctrl.baselines.portable import atan2, dot, quadratic_form
 from grpo_ctrl.export.session import PolicySession
-from grpo_ctrl.export.verify import (TOLERANCE, float32_rounding, operating_observations,
-                                     operating_states, verify)
+from grpo_ctrl.export.verify import (ROUNDING_CAP, TOLERANCE, float32_rounding,
+                                     operating_observations, operating_states, verify)
 from grpo_ctrl.cli import main
 from grpo_ctrl.controller import act
 from grpo_ctrl.errors import UserError
@@ -466,12 +466,12 @@ class Absorbs(torch.nn.Module):
     below half a unit in the last place of 1e4 (2^-11), float64 none."""
     spec = spec_of("pendulum")
 
-    def __init__(self, shift=0.0):
+    def __init__(self, shift=0.0, big=1e4):
         super().__init__()
-        self.shift = shift
+        self.shift, self.big = shift, big
 
     def forward(self, obs):
-        return torch.clamp((obs[:, 2:3] + 1e4) - 1e4 + self.shift, -2.0, 2.0)
+        return torch.clamp((obs[:, 2:3] + self.big) - self.big + self.shift, -2.0, 2.0)
 
 
 def test_float32_rounding_is_the_modules_own_float32_error():
@@ -486,8 +486,8 @@ def test_float32_rounding_is_the_modules_own_float32_error():
 
 def test_verify_accepts_twice_the_controllers_own_rounding_and_no_more(tmp_path):
     """A graph computing the same float32 arithmetic passes at twice the module's rounding
-    (beyond 1e-5 here); a module 3e-3 away still fails; a module that cannot run in float64
-    is held to 1e-5."""
+    (beyond 1e-5 here), widened no further than ROUNDING_CAP of u_max; a module 3e-3 away
+    still fails; a module that cannot run in float64 is held to 1e-5."""
     model = to_onnx(Absorbs())
     same = verify(model, Absorbs())
     assert same.ok and same.tolerance == 2 * same.rounding > 50 * TOLERANCE
@@ -501,6 +501,8 @@ def test_verify_accepts_twice_the_controllers_own_rounding_and_no_more(tmp_path)
             gain = torch.tensor([[0.0], [0.0], [-0.5]], dtype=torch.float32)  # made here
             return torch.clamp(obs @ gain, -2.0, 2.0)
 
+    coarse = verify(to_onnx(Absorbs(big=1e6)), Absorbs(big=1e6))  # rounds by up to 2^-5
+    assert coarse.rounding > 0.01 and coarse.tolerance == ROUNDING_CAP * Absorbs.spec.u_max
     strict = verify(to_onnx(Float32Only()), Float32Only())
     assert strict.ok and (strict.rounding, strict.tolerance) == (0.0, TOLERANCE)
 
