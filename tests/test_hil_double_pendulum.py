@@ -17,7 +17,7 @@ from grpo_ctrl.firmware_bridge.telemetry import read_telemetry
 from grpo_ctrl.realaigym_double import GOAL_EPS
 from grpo_ctrl.sim import BatchSim
 
-from conftest import CLI, export_baseline
+from conftest import CLI, export_baseline, export_cli
 from test_hil import Client, relax_watchdog
 from test_run import START, armed_span, grpo_run, summary_of, wrapped
 
@@ -66,11 +66,7 @@ ESTIMATOR = ("--estimator", "5")
 @pytest.fixture(scope="module")
 def taught_acrobot(tmp_path_factory):
     """ROBUST_TRAJOPT_ACROBOT exported to ONNX through the command line."""
-    path = tmp_path_factory.mktemp("onnx") / "acrobot-trajopt-robust.onnx"
-    r = subprocess.run(CLI + ["export", str(ROBUST_TRAJOPT_ACROBOT), "--onnx", str(path)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return path
+    return export_cli(tmp_path_factory, "acrobot-trajopt-robust", str(ROBUST_TRAJOPT_ACROBOT))
 
 
 @pytest.fixture(scope="module")
@@ -242,9 +238,9 @@ def test_the_host_estimator_settles_the_acrobots_lqr(lqr, tmp_path):
 
 
 @pytest.mark.parametrize("policy", ["grpo", "trajopt-robust"])
-def test_trained_policy_swings_the_acrobot_up_on_the_host_estimate(policy, taught_acrobot,
-                                                                    tmp_path):
-    onnx_file = TRAINED_ACROBOT_POLICY if policy == "grpo" else taught_acrobot
+def test_trained_policy_swings_the_acrobot_up_on_the_host_estimate(policy, request, tmp_path):
+    onnx_file = (TRAINED_ACROBOT_POLICY if policy == "grpo"
+                 else request.getfixturevalue("taught_acrobot"))
     trace, armed, log = fly(onnx_file, "acrobot", math.pi, tmp_path, *ESTIMATOR)
     x = trace["x"][armed]
     assert wrapped(x[0, 0]) > 3.0 and wrapped(x[0, 1]) < 0.01   # it started hanging
