@@ -452,7 +452,9 @@ def test_check_kernels_every_path_against_plain_and_a_double_reference(tmp_path)
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines()[0].startswith(f"paths: {' '.join(PATHS)} ")
-    assert r.stdout.splitlines()[-1].startswith("ok ") and int(r.stdout.split()[-1]) > 50_000
+    # ~15,800 values compared on each exact path: 47,451 on an AVX2-only CPU, 63,268 with AVX-512
+    assert r.stdout.splitlines()[-1].startswith("ok ")
+    assert int(r.stdout.split()[-1]) > 15_000 * len(PATHS)
     digests = {}
     for line in r.stdout.splitlines()[1:-1]:
         net, path, digest = line.rsplit(" ", 2)
