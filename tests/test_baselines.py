@@ -1,6 +1,11 @@
 """Classic baselines: linearisation, Riccati, LQR and swing-up, checked against
 independent references (hand-derived Jacobians, scipy, Quanser's published
 Qube-Servo 2 model, Gymnasium's own Pendulum-v1) and by closed-loop runs."""
+import os
+import platform
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -124,6 +129,28 @@ def test_riccati_reports_an_unstabilisable_system():
     A, B = np.diag([2.0, 0.5]), np.array([[0.0], [1.0]])  # the unstable mode has no input
     with pytest.raises(ValueError, match="stabilisable"):
         solve_dare(A, B, np.eye(2), np.eye(1))
+
+
+def test_the_lqr_is_the_same_bits_whichever_kernels_numpys_blas_picks():
+    """The acrobot's design (its catch acts in every training step) computed where
+    numpy's OpenBLAS runs each x86-64 kernel set this CPU allows (OPENBLAS_CORETYPE):
+    the same bits. Its Riccati iteration through numpy's BLAS differed by 3e-11 of P
+    between the Haswell and Sandybridge kernels."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("OPENBLAS_CORETYPE's kernel names here are x86-64's")
+    with open("/proc/cpuinfo") as f:
+        flags = set(next((line.split(":")[1].split() for line in f
+                          if line.startswith("flags")), []))
+    cores = ["Prescott"] + ["Sandybridge"] * ("avx" in flags) + ["Haswell"] * ("avx2" in flags)
+    code = ("from grpo_ctrl.baselines.lqr import design; d = design('double_pendulum', "
+            "'acrobot'); print(d.K.tobytes().hex() + d.P.tobytes().hex())")
+    bits = set()
+    for core in cores:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env={**os.environ, "OPENBLAS_CORETYPE": core}, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        bits.add(done.stdout.split()[-1])
+    assert len(bits) == 1, cores
 
 
 @pytest.mark.parametrize("system,preset", BALANCE_PRESETS)

@@ -8,9 +8,16 @@ is solved by the structure-preserving doubling algorithm (Chu, Fan, Lin and
 Wang 2004), which converges quadratically: about a dozen iterations where
 plain value iteration needs thousands at the Furuta's 500 Hz. The gain
 K = (R + B'PB)^-1 B'PA gives u = -K x.
+
+Both are computed in Python floats, each sum correctly rounded (``math.fsum``), not
+through numpy's BLAS: OpenBLAS picks its kernels by CPU, and the acrobot's iteration
+carried their rounding to 3e-11 of P and K (Haswell against Sandybridge kernels on one
+AMD EPYC), which the catch (``catch_overrides``) put into every training step, so a
+fixed seed trained to other weights on another CPU. These matrices are at most 4 x 4.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,31 +32,75 @@ from grpo_ctrl.presets import LQR_WEIGHTS
 from grpo_ctrl.sim import BatchSim
 
 
+def _matmul(X: list, Y: list) -> list:
+    """X Y for lists of rows, each entry a correctly rounded sum of the rounded products."""
+    cols = list(zip(*Y))
+    return [[math.fsum(a * b for a, b in zip(row, col)) for col in cols] for row in X]
+
+
+def _solve(M: list, Y: list) -> list:
+    """M^-1 Y by Gauss-Jordan elimination with partial pivoting; ``ValueError`` where M is
+    singular."""
+    n = len(M)
+    rows = [list(M[i]) + list(Y[i]) for i in range(n)]
+    for c in range(n):
+        pivot = max(range(c, n), key=lambda r: abs(rows[r][c]))
+        if not rows[pivot][c] or not math.isfinite(rows[pivot][c]):
+            raise ValueError("singular matrix")
+        rows[c], rows[pivot] = rows[pivot], rows[c]
+        inverse = 1.0 / rows[c][c]
+        rows[c] = [v * inverse for v in rows[c]]
+        for r in range(n):
+            if r != c and rows[r][c]:
+                f = rows[r][c]
+                rows[r] = [v - f * w for v, w in zip(rows[r], rows[c])]
+    return [row[n:] for row in rows]
+
+
+def _transpose(X: list) -> list:
+    return [list(col) for col in zip(*X)]
+
+
+def _add(X: list, Y: list) -> list:
+    return [[a + b for a, b in zip(x, y)] for x, y in zip(X, Y)]
+
+
+def _rows(X) -> list:
+    return [[float(v) for v in row] for row in np.asarray(X, dtype=float)]
+
+
+def _norm1(X: list) -> float:
+    return max(math.fsum(abs(v) for v in col) for col in zip(*X))
+
+
 def solve_dare(A: np.ndarray, B: np.ndarray, Q: np.ndarray, R: np.ndarray,
                tol: float = 1e-12, max_iter: int = 100) -> np.ndarray:
     """The stabilising solution P of the discrete algebraic Riccati equation,
     by structure-preserving doubling. Raises ``ValueError`` if it does not
     converge (e.g. (A, B) not stabilisable)."""
-    n = A.shape[0]
-    Ak = np.array(A, dtype=float)
-    Gk = B @ np.linalg.solve(R, B.T)
-    Hk = np.array(Q, dtype=float)
-    I = np.eye(n)
-    with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported below
+    A, B, Q, R = _rows(A), _rows(B), _rows(Q), _rows(R)
+    n = len(A)
+    I = [[float(i == j) for j in range(n)] for i in range(n)]
+    try:
+        Ak, Hk = A, Q
+        Gk = _matmul(B, _solve(R, _transpose(B)))
         for _ in range(max_iter):
-            W = I + Gk @ Hk
+            W = _add(I, _matmul(Gk, Hk))
             # A_k W^-1 and W^-1 A_k, the two solves each doubling step needs
-            AW = np.linalg.solve(W.T, Ak.T).T
-            WA = np.linalg.solve(W, Ak)
-            H_next = Hk + Ak.T @ Hk @ WA
-            Gk = Gk + AW @ Gk @ Ak.T
-            Ak = AW @ Ak
-            if not np.all(np.isfinite(H_next)):
+            AW = _transpose(_solve(_transpose(W), _transpose(Ak)))
+            WA = _solve(W, Ak)
+            H_next = _add(Hk, _matmul(_matmul(_transpose(Ak), Hk), WA))
+            Gk = _add(Gk, _matmul(_matmul(AW, Gk), _transpose(Ak)))
+            Ak = _matmul(AW, Ak)
+            if not all(math.isfinite(v) for row in H_next for v in row):
                 break
-            done = np.linalg.norm(H_next - Hk, 1) <= tol * max(1.0, np.linalg.norm(H_next, 1))
-            Hk = 0.5 * (H_next + H_next.T)
+            done = (_norm1([[a - b for a, b in zip(x, y)] for x, y in zip(H_next, Hk)])
+                    <= tol * max(1.0, _norm1(H_next)))
+            Hk = [[0.5 * (H_next[i][j] + H_next[j][i]) for j in range(n)] for i in range(n)]
             if done:
-                return Hk
+                return np.array(Hk)
+    except (ValueError, OverflowError):  # a singular W or an overflow: it diverged
+        pass
     raise ValueError("the Riccati iteration did not converge: is (A, B) stabilisable "
                      "and Q positive semi-definite, R positive definite?")
 
@@ -68,7 +119,8 @@ class LQRDesign:
 
 def dlqr(A, B, Q, R) -> LQRDesign:
     P = solve_dare(A, B, Q, R)
-    K = np.linalg.solve(R + B.T @ P @ B, B.T @ P @ A)
+    BtP = _matmul(_transpose(_rows(B)), _rows(P))
+    K = np.array(_solve(_add(_rows(R), _matmul(BtP, _rows(B))), _matmul(BtP, _rows(A))))
     poles = np.linalg.eigvals(A - B @ K)
     return LQRDesign(A=A, B=B, Q=Q, R=R, K=K, P=P, poles=poles)
 
