@@ -29,15 +29,16 @@ static int widest(void)
   return PR_HAVE_VEC ? PR_SIMD_BASELINE : PR_SIMD_PLAIN;
 }
 
-/* The path taken by default: the widest, fused on an Intel core and exact elsewhere. An
- * Intel core multiplies and adds on the same two ports, so a fused product takes half
- * the issue slots (0.8x an iteration on a Xeon, docs/grpo.md); an AMD Zen core adds on
- * pipes of its own, where the exact paths already reach the same peak. */
+/* The path taken by default: the widest, fused where it is AVX2 or wider (every such
+ * CPU here has FMA: widest). An Intel core multiplies and adds on the same two ports,
+ * so a fused product takes half the issue slots (0.8x an iteration on a Xeon); an AMD
+ * Zen 3 core adds on pipes of its own, and the fused kernels still take 0.74-0.86x the
+ * exact ones' time there (0.83-0.94x an iteration; docs/grpo.md). */
 static int preferred(void)
 {
   const int top = widest();
 #if PR_HAVE_V3
-  if (top >= PR_SIMD_AVX2 && __builtin_cpu_is("intel")) return top + 2;
+  if (top >= PR_SIMD_AVX2) return top + 2;
 #endif
   return top;
 }

@@ -14,10 +14,10 @@
  * their bits differ from the others' (by a few units in the last place of a
  * layer's output) and agree with each other's.
  *
- * The default (pr_simd_default) is the widest path the CPU runs, fused on an
- * Intel CPU, whose adds share the multipliers' ports (fused products are faster
- * there), and exact elsewhere (an AMD Zen core adds on pipes of its own), unless
- * the environment variable GRPO_CTRL_SIMD names another path; it is read once,
+ * The default (pr_simd_default) is the widest path the CPU runs, fused where
+ * that is avx2 or avx512 (fused products are faster on Intel and AMD cores
+ * alike), unless the environment variable GRPO_CTRL_SIMD names another path; it
+ * is read once,
  * when the library loads (or
  * at the first kernel call where the compiler has no load-time hook). A path
  * wider than the CPU runs is capped at the widest it does (keeping +fma); a name
@@ -37,7 +37,7 @@
 const char *pr_simd_path(void);
 
 /* The path taken where GRPO_CTRL_SIMD names none: the widest this CPU runs, its
- * +fma form on an Intel CPU with AVX2 ("avx512+fma" or "avx2+fma"). */
+ * +fma form where that is avx2 or avx512 ("avx2+fma", "avx512+fma"). */
 const char *pr_simd_default(void);
 
 /* The exact paths this CPU and build can run, widest first, space-separated

@@ -400,14 +400,12 @@ def test_the_paths_a_cpu_runs_and_the_cap():
     assert lib.pr_simd_select(b"avx 512") == -1 and lib.pr_simd_select(ffi.NULL) == -1
 
 
-def test_the_default_path_is_the_widest_fused_on_intel_and_exact_elsewhere():
-    """Fused products on an Intel CPU, whose adds share the multipliers' ports; the exact
-    paths elsewhere (an AMD Zen core adds on pipes of its own): csrc/policy_simd.c."""
-    with open("/proc/cpuinfo") as f:
-        vendor = next((line.split(":")[1].strip() for line in f
-                       if line.startswith("vendor_id")), "")
-    want = FUSED[0] if vendor == "GenuineIntel" and FUSED else PATHS[0]
+def test_the_default_path_is_the_widest_fused_where_the_cpu_has_avx2():
+    """Fused products wherever the widest path is avx2 or avx512 (faster on Intel and AMD
+    cores alike); baseline or plain elsewhere: csrc/policy_simd.c."""
+    want = f"{PATHS[0]}+fma" if PATHS[0] in ("avx2", "avx512") else PATHS[0]
     assert ffi.string(lib.pr_simd_default()).decode() == want
+    assert want in FUSED + PATHS
 
 
 @pytest.mark.parametrize("value,want", [("avx512", 0), ("avx2", 1), ("baseline", 2),
