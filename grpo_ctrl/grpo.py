@@ -763,10 +763,35 @@ class Trainer:
 
     def evaluate(self) -> tuple[float, float]:
         """(mean return, success rate) of the deterministic policy, on plants
-        drawn as in training."""
-        from grpo_ctrl.closed_loop import evaluate
+        drawn as in training (``evaluation_episodes``)."""
+        returns, success = self.evaluation_episodes()
+        return float(returns.mean()), float(success.mean())
+
+    def evaluation_episodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each evaluation episode's return and success: in the C rollout where it runs the
+        policy (its mean within ~1e-6 of torch's; 6-16x faster than a torch forward pass
+        a step), else through the deployed controller (``closed_loop.evaluate``)."""
+        from grpo_ctrl.closed_loop import evaluate, upright_and_still
         # the catch (cfg.catch) in the simulator's step, as in training: the deployed
         # LQRCatch's function of the state, without its many small torch operations a step
-        ep = evaluate(self.policy.controller(self.spec), self.cfg.eval_episodes, self.eval_seed,
-                      randomize=self.randomize, **self.rollout.catch)
-        return float(ep.returns.mean()), float(ep.success.mean())
+        c_net = self.policy.c_mean_network() if self.cfg.c_rollout else None
+        if c_net is None:
+            ep = evaluate(self.policy.controller(self.spec), self.cfg.eval_episodes,
+                          self.eval_seed, randomize=self.randomize, **self.rollout.catch)
+            return ep.returns, ep.success
+        n = self.cfg.eval_episodes
+        sim = BatchSim(self.spec.system, n, self.spec.preset, seed=self.eval_seed,
+                       randomize=self.randomize, **self.rollout.catch)
+        nobs, steps = sim.reset().shape[1], sim.model.max_steps
+        T = min(steps, 256)  # decisions a call; one command a step, as deployed
+        spread, mu, z = (np.zeros((T, n), np.float32) for _ in range(3))
+        raw, reward = np.empty((T, n, nobs), np.float32), np.empty((T, n))
+        alive, last_act = np.ones((T + 1, n), bool), np.zeros(n, np.float32)
+        returns = np.zeros(n)
+        for start in range(0, steps, T):
+            t = min(T, steps - start)
+            sim.roll_policy(*c_net, spread[:t], raw[:t], mu[:t], z[:t], reward[:t],
+                            alive[:t + 1], last_act, start > 0, u_max=self.policy.u_max)
+            returns += reward[:t].sum(axis=0)
+            alive[0] = alive[t]
+        return returns, alive[0] & upright_and_still(self.spec, sim.get_state()["x"])

@@ -166,6 +166,37 @@ def test_collect_in_c_matches_the_torch_rollout():
     np.testing.assert_allclose(c_batch.returns, t_batch.returns, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("system, preset, iterations, init", [
+    ("pendulum", "gym", 300, ""),  # a swing-up that succeeds in every episode
+    ("pendulum", "rig", 60, ""),  # plants drawn, noise, delay, pushes
+    ("double_pendulum", "acrobot", 0, "tests/data/double-pendulum-acrobot-trajopt-robust")])
+def test_the_training_evaluation_in_c_is_the_deployed_controllers(system, preset, iterations,
+                                                                  init, monkeypatch):
+    """Trainer.evaluation_episodes (the C rollout, noise 0) against closed_loop.evaluate's
+    deployed controller in torch, episode by episode: the returns within 1e-5 but for the
+    few episodes whose commands' last bits send them another way, the same successes.
+    The acrobot: a swing-up by trajectory optimisation (its catch in the simulator)."""
+    from grpo_ctrl import closed_loop
+    from grpo_ctrl.closed_loop import evaluate
+
+    cfg = replace(default_config(system, preset), overlap=False, seed=0, init=init)
+    trainer = Trainer(cfg, system, preset)
+    for _ in range(iterations):
+        trainer.step()
+    with monkeypatch.context() as m:  # the C rollout's, not the controller's episodes
+        m.setattr(closed_loop, "evaluate", None)
+        returns, success = trainer.evaluation_episodes()
+    ep = evaluate(trainer.policy.controller(trainer.spec), cfg.eval_episodes,
+                  trainer.eval_seed, randomize=trainer.randomize, **trainer.rollout.catch)
+    assert returns.shape == ep.returns.shape == (cfg.eval_episodes,)
+    assert np.mean(np.abs(returns - ep.returns) <= 1e-5 * np.abs(ep.returns)) >= 0.9
+    assert np.mean(success == ep.success) >= 0.95
+    if system != "pendulum" or preset == "gym":
+        assert success.mean() == 1.0
+    assert trainer.evaluate() == (returns.mean(), success.mean())
+
+
+
 @pytest.mark.parametrize("arch", [{"activation": "elu"}, {"activation": "tanh"}])
 def test_networks_c_does_not_run_fall_back_to_torch(arch):
     p = GaussianPolicy(3, 2.0, 8, 2, **arch)
