@@ -16,7 +16,9 @@ import argparse
 import statistics
 from dataclasses import replace
 
-import torch
+from grpo_ctrl import runtime  # first: it sets the OpenMP environment before torch loads
+
+import torch  # noqa: E402
 
 from grpo_ctrl._pendsim import ffi, lib
 from grpo_ctrl.bench_cli import cpu_model
@@ -63,6 +65,7 @@ def main(argv=None) -> int:
             label = name if path == start else f"{name} @ {path}"
             arms[label] = (path, Trainer(cfg, args.system, args.preset))
     seconds = {name: ([], []) for name in arms}
+    runtime.freeze_setup()  # as train does: the collector walks only what the loop makes
     print(f"CPU: {cpu_model()}; SIMD path in use: {start}; torch {torch.__version__} "
           f"{torch.backends.cpu.get_cpu_capability()}")
     for i in range(args.iterations):
