@@ -145,10 +145,13 @@ def test_ten_seconds_from_hanging_agree_with_the_reference_until_chaos_parts_the
         q = rk4(q, SIM_V2, torques(u[k:k + 1], preset))
         gap[k] = np.abs(wrapped(sim.get_state()["x"][0, :2] - from_theirs(q)[0, :2])).max()
     # measured: the two part by 1e-9 rad after 4.1 s (acrobot) and 6.5 s (pendubot),
-    # 1e-6 rad after 7.1 s / 7.6 s, from round-off amplified by the chaotic flow;
-    # under 1e-3 rad at 10 s
+    # 1e-6 rad after 7.1 s / 7.6 s on an AMD EPYC Zen 4 (AVX-512); after 5.2 s / 5.9 s and
+    # never / 7.6 s on a Zen 3 (AVX2), where the pendubot's reaches 1.6e-3 rad at 10 s:
+    # round-off amplified by the chaotic flow, and numpy's float64 sine and cosine in the
+    # reference round by the CPU's SIMD (its AVX-512 code is not its AVX2 code: numpy issue
+    # 23523), so when they part depends on the CPU, not on the model
     assert gap[:1000].max() < 1e-12  # the first 2 s: round-off only
-    assert gap.max() < 1e-3
+    assert gap[:2500].max() < 1e-6  # the first 5 s: within a microradian
 
 
 def test_energy_is_conserved_without_friction_and_torque_to_rk4s_error():
