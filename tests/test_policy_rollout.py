@@ -196,7 +196,6 @@ def test_the_training_evaluation_in_c_is_the_deployed_controllers(system, preset
     assert trainer.evaluate() == (returns.mean(), success.mean())
 
 
-
 @pytest.mark.parametrize("arch", [{"activation": "elu"}, {"activation": "tanh"}])
 def test_networks_c_does_not_run_fall_back_to_torch(arch):
     p = GaussianPolicy(3, 2.0, 8, 2, **arch)
